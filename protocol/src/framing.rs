@@ -1,0 +1,345 @@
+//! Frames: `u32` big-endian length, then that many bytes of bincode 2
+//! (serde, standard config). JSON-lines helpers for the text mode.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::io::{Read, Write};
+
+/// Largest payload either side accepts, in bytes (16 MiB).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("connection error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(
+        "frame of {len} bytes exceeds the maximum of {max} bytes (is the peer a flyto client speaking protocol {}?)",
+        crate::PROTOCOL_VERSION
+    )]
+    TooLarge { len: usize, max: usize },
+    #[error("truncated frame: the connection closed after {got} of {expected} bytes")]
+    Truncated { expected: usize, got: usize },
+    #[error("could not decode message: {0}")]
+    Decode(String),
+    #[error("could not encode message: {0}")]
+    Encode(String),
+}
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    bincode::serde::encode_to_vec(msg, config()).map_err(|e| FrameError::Encode(e.to_string()))
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| FrameError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(FrameError::Decode(format!(
+            "{} trailing bytes after the message",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}
+
+/// Length header + payload in one buffer, ready for one `write_all`.
+pub fn frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let payload = encode(msg)?;
+    if payload.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge {
+            len: payload.len(),
+            max: MAX_FRAME,
+        });
+    }
+    let mut out = Vec::with_capacity(4 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+pub fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), FrameError> {
+    w.write_all(&frame(msg)?)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one frame's payload. `Ok(None)` on a clean end of stream before the
+/// first header byte.
+pub fn read_frame_bytes<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut header = [0u8; 4];
+    let got = read_full(r, &mut header)?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if got < 4 {
+        return Err(FrameError::Truncated { expected: 4, got });
+    }
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    let mut payload = vec![0u8; len];
+    let got = read_full(r, &mut payload)?;
+    if got < len {
+        return Err(FrameError::Truncated { expected: len, got });
+    }
+    Ok(Some(payload))
+}
+
+pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<Option<T>, FrameError> {
+    match read_frame_bytes(r)? {
+        Some(bytes) => Ok(Some(decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, FrameError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(got)
+}
+
+/// One JSON line (with the trailing newline).
+pub fn json_line<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let mut out = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// Async framing over tokio streams, for the daemon.
+#[cfg(feature = "tokio")]
+pub mod nonblocking {
+    use super::{FrameError, MAX_FRAME, frame};
+    use serde::Serialize;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+    pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+        w: &mut W,
+        msg: &T,
+    ) -> Result<(), FrameError> {
+        w.write_all(&frame(msg)?).await?;
+        w.flush().await?;
+        Ok(())
+    }
+
+    /// Like [`super::read_frame_bytes`]; `first` is a byte already consumed
+    /// from the stream (the encoding sniff), if any.
+    pub async fn read_frame_bytes<R: AsyncRead + Unpin>(
+        r: &mut R,
+        first: Option<u8>,
+    ) -> Result<Option<Vec<u8>>, FrameError> {
+        let mut header = [0u8; 4];
+        let mut got = 0;
+        if let Some(b) = first {
+            header[0] = b;
+            got = 1;
+        }
+        got += read_full(r, &mut header[got..]).await?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < 4 {
+            return Err(FrameError::Truncated { expected: 4, got });
+        }
+        let len = u32::from_be_bytes(header) as usize;
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge {
+                len,
+                max: MAX_FRAME,
+            });
+        }
+        let mut payload = vec![0u8; len];
+        let got = read_full(r, &mut payload).await?;
+        if got < len {
+            return Err(FrameError::Truncated { expected: len, got });
+        }
+        Ok(Some(payload))
+    }
+
+    async fn read_full<R: AsyncRead + Unpin>(
+        r: &mut R,
+        buf: &mut [u8],
+    ) -> Result<usize, FrameError> {
+        let mut got = 0;
+        while got < buf.len() {
+            let n = r.read(&mut buf[got..]).await?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::*;
+
+    fn samples() -> (Vec<Request>, Vec<Response>) {
+        let step = StepSpec {
+            id: "a".into(),
+            run: Some("echo hi".into()),
+            deps: vec!["b".into()],
+            timeout_secs: Some(3),
+            ..Default::default()
+        };
+        let plan = PlanSpec {
+            name: Some("p".into()),
+            steps: vec![step],
+        };
+        let view = PlanView {
+            id: "p1".into(),
+            name: None,
+            state: PlanState::Running,
+            reason: Some("r".into()),
+            created_ms: 1,
+            started_ms: Some(2),
+            finished_ms: None,
+            revision: 3,
+            steps: vec![StepView {
+                id: "a".into(),
+                kind: "run".into(),
+                text: "echo".into(),
+                deps: vec![],
+                state: StepState::Skipped,
+                attempts: 1,
+                max_attempts: 3,
+                started_ms: None,
+                finished_ms: Some(4),
+                exit_code: Some(-1),
+                error: None,
+                stdout_tail: "é".into(),
+                stderr_tail: String::new(),
+                log_path: Some("/x".into()),
+            }],
+        };
+        let requests = vec![
+            Request::Hello {
+                protocol: 1,
+                client: "t".into(),
+            },
+            Request::Ping {},
+            Request::Stats {},
+            Request::SubmitPlan {
+                plan,
+                idempotency_key: Some("k".into()),
+            },
+            Request::PlanStatus { id: "p1".into() },
+            Request::PlanWatch { id: "p1".into() },
+            Request::PlanCancel { id: "p1".into() },
+            Request::PlanList {
+                state: Some(PlanState::Failed),
+                limit: None,
+            },
+        ];
+        let responses = vec![
+            Response::Welcome {
+                protocol: 1,
+                daemon_version: "v".into(),
+            },
+            Response::Pong {
+                daemon_version: "v".into(),
+                pid: 1,
+                uptime_ms: 2,
+            },
+            Response::Stats {
+                stats: DaemonStats::default(),
+            },
+            Response::PlanSubmitted {
+                id: "p1".into(),
+                duplicate: true,
+            },
+            Response::Plan { plan: view.clone() },
+            Response::Plans {
+                plans: vec![PlanSummary {
+                    id: "p1".into(),
+                    name: Some("n".into()),
+                    state: PlanState::Pending,
+                    created_ms: 1,
+                    finished_ms: None,
+                    steps_total: 2,
+                    steps_done: 1,
+                }],
+            },
+            Response::PlanCancelled {
+                id: "p1".into(),
+                state: PlanState::Cancelled,
+            },
+            Response::Event {
+                seq: 9,
+                event: Event::PlanUpdated { plan: view },
+            },
+            Response::End {},
+            Response::error(ErrorCode::TooLarge, "m"),
+        ];
+        (requests, responses)
+    }
+
+    #[test]
+    fn every_message_round_trips_through_both_encodings() {
+        let (requests, responses) = samples();
+        for req in requests {
+            let bytes = frame(&req).unwrap();
+            let back: Request = read_frame(&mut &bytes[..]).unwrap().unwrap();
+            assert_eq!(back, req);
+            let line = json_line(&req).unwrap();
+            let back: Request = serde_json::from_slice(&line).unwrap();
+            assert_eq!(back, req);
+        }
+        for resp in responses {
+            let bytes = frame(&resp).unwrap();
+            let back: Response = read_frame(&mut &bytes[..]).unwrap().unwrap();
+            assert_eq!(back, resp);
+            let line = json_line(&resp).unwrap();
+            let back: Response = serde_json::from_slice(&line).unwrap();
+            assert_eq!(back, resp);
+        }
+    }
+
+    #[test]
+    fn json_requests_are_one_object_per_op() {
+        let line = String::from_utf8(json_line(&Request::Ping {}).unwrap()).unwrap();
+        assert_eq!(line, "{\"ping\":{}}\n");
+        let req: Request = serde_json::from_str(r#"{"plan_status":{"id":"p7"}}"#).unwrap();
+        assert_eq!(req, Request::PlanStatus { id: "p7".into() });
+        // Optional fields may be left out by scripts.
+        let req: Request =
+            serde_json::from_str(r#"{"submit_plan":{"plan":{"steps":[{"id":"a","run":"true"}]}}}"#)
+                .unwrap();
+        assert!(matches!(req, Request::SubmitPlan { .. }));
+    }
+
+    #[test]
+    fn oversized_and_truncated_frames_are_errors() {
+        let header = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_frame_bytes(&mut &header[..]),
+            Err(FrameError::TooLarge { .. })
+        ));
+        let mut bytes = 10u32.to_be_bytes().to_vec();
+        bytes.extend_from_slice(b"abc");
+        assert!(matches!(
+            read_frame_bytes(&mut &bytes[..]),
+            Err(FrameError::Truncated {
+                expected: 10,
+                got: 3
+            })
+        ));
+        assert!(read_frame_bytes(&mut &b""[..]).unwrap().is_none());
+    }
+}

@@ -1,0 +1,42 @@
+//! flyto-protocol: everything that crosses the control socket between
+//! `flytod` and its clients — wire types, framing, the handshake, socket-path
+//! resolution and a small blocking client.
+//!
+//! Only this crate knows the wire encoding; the daemon and the CLI see typed
+//! [`Request`]s and [`Response`]s.
+//!
+//! # Bytes on the wire
+//!
+//! A connection speaks one of two encodings, chosen by its first byte:
+//!
+//! * **Binary** (any first byte but `{`): every message is a frame of a
+//!   4-byte big-endian payload length followed by that many bytes of bincode 2
+//!   (serde, `bincode::config::standard()`). A length above [`MAX_FRAME`]
+//!   (16 MiB) is answered with `Error { code: TooLarge }` and the connection is
+//!   closed. The client's first frame must be [`Request::Hello`]; the daemon
+//!   answers [`Response::Welcome`] or `Error { code: ProtocolMismatch }`.
+//! * **JSON lines** (first byte `{`): every message is one JSON object on one
+//!   line, `{"<op>":{...}}`, with the same types. No handshake is needed, so
+//!   `echo '{"ping":{}}' | socat - UNIX-CONNECT:$FLYTO_SOCK` works.
+//!
+//! One request gets one response, except `plan_watch`, which answers with the
+//! current snapshot ([`Response::Plan`]), then [`Response::Event`] frames with
+//! increasing sequence numbers, then [`Response::End`].
+//!
+//! ```no_run
+//! use flyto_protocol::{Client, Request, paths};
+//! let mut client = Client::connect(&paths::client_socket(None)).unwrap();
+//! let pong = client.call(&Request::Ping {}).unwrap();
+//! ```
+
+pub mod client;
+pub mod framing;
+pub mod paths;
+pub mod types;
+
+pub use client::{Client, ClientError};
+pub use framing::{FrameError, MAX_FRAME};
+pub use types::*;
+
+/// Version of the request/response types. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;

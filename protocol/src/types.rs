@@ -1,0 +1,296 @@
+//! Wire types. bincode is not self-describing, so: externally tagged enums
+//! only, no `flatten`/`untagged`/`skip_serializing_if`, and free-form JSON
+//! travels as a `String`.
+
+use serde::{Deserialize, Serialize};
+
+/// A request from a client. Every variant is a struct so that each JSON line
+/// is exactly one object `{"<op>":{...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// First frame of a binary connection.
+    Hello {
+        protocol: u32,
+        client: String,
+    },
+    Ping {},
+    Stats {},
+    SubmitPlan {
+        plan: PlanSpec,
+        /// A retried submit with the same key returns the first plan's id.
+        idempotency_key: Option<String>,
+    },
+    PlanStatus {
+        id: String,
+    },
+    /// Snapshot, then live events until the plan is terminal.
+    PlanWatch {
+        id: String,
+    },
+    PlanCancel {
+        id: String,
+    },
+    PlanList {
+        state: Option<PlanState>,
+        limit: Option<u32>,
+    },
+}
+
+impl Request {
+    /// The operation name as the CLI and the JSON encoding spell it.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Ping {} => "ping",
+            Request::Stats {} => "stats",
+            Request::SubmitPlan { .. } => "submit_plan",
+            Request::PlanStatus { .. } => "plan_status",
+            Request::PlanWatch { .. } => "plan_watch",
+            Request::PlanCancel { .. } => "plan_cancel",
+            Request::PlanList { .. } => "plan_list",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    Welcome {
+        protocol: u32,
+        daemon_version: String,
+    },
+    Pong {
+        daemon_version: String,
+        pid: u32,
+        uptime_ms: u64,
+    },
+    Stats {
+        stats: DaemonStats,
+    },
+    PlanSubmitted {
+        id: String,
+        /// True when an idempotency key matched an earlier plan.
+        duplicate: bool,
+    },
+    Plan {
+        plan: PlanView,
+    },
+    Plans {
+        plans: Vec<PlanSummary>,
+    },
+    PlanCancelled {
+        id: String,
+        state: PlanState,
+    },
+    Event {
+        seq: u64,
+        event: Event,
+    },
+    End {},
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+impl Response {
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Response::Error {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// A plan changed; carries its whole new state (plans are small).
+    PlanUpdated { plan: PlanView },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    BadRequest,
+    NotFound,
+    Conflict,
+    Unavailable,
+    PermissionDenied,
+    TooLarge,
+    ProtocolMismatch,
+    Internal,
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A plan as submitted: a DAG of steps. Also the format of plan files.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSpec {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub steps: Vec<StepSpec>,
+}
+
+/// One step: exactly one of `run` (a shell command) or `prompt` (an agent
+/// turn) is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    pub id: String,
+    pub run: Option<String>,
+    pub prompt: Option<String>,
+    /// Named session for an agent step; a new one per plan when absent.
+    pub session: Option<String>,
+    #[serde(default)]
+    pub deps: Vec<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub workdir: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl PlanState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            PlanState::Succeeded | PlanState::Failed | PlanState::Cancelled
+        )
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanState::Pending => "pending",
+            PlanState::Running => "running",
+            PlanState::Succeeded => "succeeded",
+            PlanState::Failed => "failed",
+            PlanState::Cancelled => "cancelled",
+        }
+    }
+    pub const ALL: [PlanState; 5] = [
+        PlanState::Pending,
+        PlanState::Running,
+        PlanState::Succeeded,
+        PlanState::Failed,
+        PlanState::Cancelled,
+    ];
+}
+
+impl std::str::FromStr for PlanState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PlanState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown plan state `{s}`: use one of pending, running, succeeded, failed, cancelled"
+                )
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Skipped,
+}
+
+impl StepState {
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, StepState::Pending | StepState::Running)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Pending => "pending",
+            StepState::Running => "running",
+            StepState::Succeeded => "succeeded",
+            StepState::Failed => "failed",
+            StepState::Cancelled => "cancelled",
+            StepState::Skipped => "skipped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanView {
+    pub id: String,
+    pub name: Option<String>,
+    pub state: PlanState,
+    /// Why the plan failed or was cancelled, in words.
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    /// Increases with every persisted transition; watch events carry it.
+    pub revision: u64,
+    pub steps: Vec<StepView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepView {
+    pub id: String,
+    /// `run` or `agent`.
+    pub kind: String,
+    /// The command or the prompt.
+    pub text: String,
+    pub deps: Vec<String>,
+    pub state: StepState,
+    /// How many times the step has been started.
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    /// The last bytes of stdout/stderr (lossy UTF-8).
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// The full (bounded) output log, while the plan exists.
+    pub log_path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    pub id: String,
+    pub name: Option<String>,
+    pub state: PlanState,
+    pub created_ms: u64,
+    pub finished_ms: Option<u64>,
+    pub steps_total: u32,
+    pub steps_done: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DaemonStats {
+    pub daemon_version: String,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub draining: bool,
+    pub plans_pending: u64,
+    pub plans_running: u64,
+    pub plans_succeeded: u64,
+    pub plans_failed: u64,
+    pub plans_cancelled: u64,
+    pub steps_running: u64,
+    pub scheduler_restarts: u64,
+    pub db_bytes: u64,
+}
