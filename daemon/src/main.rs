@@ -1,1 +1,251 @@
-fn main() {}
+//! flytod: the Flyto daemon. Owns process-level concerns — config, paths,
+//! the single-instance lock, the control socket, signals and sd_notify —
+//! and wires them to the actors in flyto-actors. Actors never see a
+//! connection; only `server` does.
+
+mod config;
+mod listener;
+mod lock;
+mod notify;
+mod paths;
+mod server;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use flyto_actors::plans::{
+    PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
+    SledPlanStore,
+};
+use flyto_actors::store::Store;
+use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
+use flyto_actors::{Clock, SystemClock};
+use ractor::{Actor, ActorRef};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(
+    name = "flytod",
+    version,
+    about = "The Flyto agent daemon: runs plans (and, later, agent sessions) for you in the background.",
+    after_help = "Paths: state in FLYTO_HOME, $STATE_DIRECTORY, $XDG_STATE_HOME/flyto or ~/.local/state/flyto; \
+config in --config, FLYTO_CONFIG, $CONFIGURATION_DIRECTORY/config.toml, $XDG_CONFIG_HOME/flyto/config.toml or \
+~/.config/flyto/config.toml; socket in --socket, FLYTO_SOCK, $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/flyto or /tmp/flyto-<uid>.\n\
+Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the config.\n\
+Exit codes: 0 clean shutdown; 1 could not start (bad config, another instance, socket in use) or actors failed too often."
+)]
+struct Cli {
+    /// Config file (TOML).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Control socket path.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the config file and print where it is; exit 1 if it is invalid.
+    CheckConfig,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::CheckConfig) => check_config(&cli),
+        None => run(&cli),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flytod: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(cli: &Cli) -> anyhow::Result<()> {
+    let loaded = config::load(cli.config.as_deref())?;
+    if loaded.exists {
+        println!("config OK: {}", loaded.path.display());
+    } else {
+        println!(
+            "no config file at {}: defaults apply",
+            loaded.path.display()
+        );
+    }
+    Ok(())
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let under_journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(!under_journal && std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if under_journal {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    let loaded = config::load(cli.config.as_deref())?;
+    init_logging(&loaded.config.daemon.log_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(cli, loaded))
+}
+
+async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let config = loaded.config;
+    let state_dir = paths::state_dir();
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+    let _lock = lock::acquire(&state_dir)?;
+    let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
+
+    let store = Store::open(&state_dir.join("db"), config.daemon.cache_mb * 1024 * 1024)?;
+    let plan_store: Arc<dyn flyto_actors::plans::PlanStore> =
+        Arc::new(SledPlanStore::open(store.clone())?);
+    let reader = PlanReader::new(plan_store, state_dir.join("logs"));
+    let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
+    let restarts = Arc::new(AtomicU64::new(0));
+
+    let scheduler_spec = {
+        let reader = reader.clone();
+        let plan_config = plan_config.clone();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        ChildSpec {
+            name: "scheduler".into(),
+            start: Arc::new(move |sup| {
+                let args = SchedulerArgs {
+                    reader: reader.clone(),
+                    config: plan_config
+                        .read()
+                        .map(|c| c.clone())
+                        .unwrap_or_else(|_| PlanConfig::default()),
+                    clock: clock.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) =
+                        Actor::spawn_linked(Some(SCHEDULER_NAME.into()), SchedulerActor, args, sup)
+                            .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
+    // Recovery runs inside the scheduler's start, before we bind and report READY.
+    let (supervisor, supervisor_done) = Actor::spawn(
+        Some("flyto.supervisor".into()),
+        Supervisor,
+        SupervisorArgs {
+            children: vec![scheduler_spec],
+            policy: config.restart_policy(),
+            restarts: restarts.clone(),
+        },
+    )
+    .await
+    .context("cannot start the actors (see the log above)")?;
+
+    let bound = listener::bind(&socket_path)?;
+    let ctx = Arc::new(server::Ctx {
+        reader: reader.clone(),
+        draining: AtomicBool::new(false),
+        started,
+        restarts,
+        inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
+        connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+    });
+    let server_task = tokio::spawn(server::serve(bound.listener, ctx.clone()));
+    tracing::info!(
+        socket = %bound.path.display(),
+        state = %state_dir.display(),
+        config = %loaded.path.display(),
+        "flytod {} ready",
+        server::DAEMON_VERSION
+    );
+    notify::ready(&format!("serving {}", bound.path.display()));
+    notify::spawn_watchdog(supervisor.clone());
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut supervisor_done = supervisor_done;
+    let mut grace = config.daemon.shutdown_grace;
+    let failed = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break false,
+            _ = sigint.recv() => break false,
+            _ = sighup.recv() => {
+                match config::load(cli.config.as_deref()) {
+                    Ok(new) => {
+                        let pc = new.config.plan_config(&socket_path);
+                        if let Ok(mut c) = plan_config.write() {
+                            *c = pc.clone();
+                        }
+                        grace = new.config.daemon.shutdown_grace;
+                        if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
+                            let _ = ActorRef::<SchedulerMsg>::from(cell).cast(SchedulerMsg::Reconfigure(pc));
+                        }
+                        tracing::info!("config reloaded from {}", new.path.display());
+                        notify::status(&format!("serving {} (config reloaded)", bound.path.display()));
+                    }
+                    Err(e) => {
+                        tracing::error!("config reload failed, keeping the running config: {e:#}");
+                        notify::status("config reload failed; running with the previous config");
+                    }
+                }
+            }
+            _ = &mut supervisor_done => break true,
+        }
+    };
+
+    if failed {
+        tracing::error!(
+            "the actor supervisor gave up; exiting so the service manager restarts flytod"
+        );
+        store.sync_blocking()?;
+        if bound.owned {
+            let _ = std::fs::remove_file(&bound.path);
+        }
+        anyhow::bail!("actors failed too often; see the log above");
+    }
+
+    tracing::info!(grace = ?grace, "draining");
+    ctx.draining.store(true, Ordering::SeqCst);
+    notify::stopping();
+    if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
+        let scheduler = ActorRef::<SchedulerMsg>::from(cell);
+        let wait = grace + Duration::from_secs(30);
+        let drained = scheduler
+            .call(|reply| SchedulerMsg::Drain { grace, reply }, Some(wait))
+            .await;
+        if !matches!(drained, Ok(ractor::rpc::CallResult::Success(()))) {
+            tracing::warn!("the scheduler did not finish draining in time");
+        }
+    }
+    supervisor.stop(None);
+    let _ = supervisor_done.await;
+    server_task.abort();
+    store.sync_blocking()?;
+    if bound.owned {
+        let _ = std::fs::remove_file(&bound.path);
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

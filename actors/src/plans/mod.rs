@@ -1,0 +1,86 @@
+//! plans: the SchedulerActor and its plan queue — validation, the step DAG,
+//! persisted transitions, durable acks, recovery after a crash, cancel and
+//! the TTL sweep. It runs `run` steps through `tools::process`.
+//!
+//! **Invariant**: the scheduler never reports a state it has not persisted
+//! and synced: replies and published views are sent from `after_sync`
+//! continuations. It never sees a connection; the daemon translates.
+
+pub mod dag;
+pub mod model;
+pub mod reader;
+pub mod scheduler;
+pub mod store;
+pub mod validate;
+
+pub use reader::PlanReader;
+pub use scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
+pub use store::{PlanStore, SledPlanStore};
+
+use flyto_protocol::ErrorCode;
+use std::time::Duration;
+
+/// Registry name of the scheduler actor; a restarted one takes it over.
+pub const SCHEDULER_NAME: &str = "flyto.scheduler";
+
+#[derive(Debug, Clone)]
+pub struct PlanConfig {
+    pub max_parallel_plans: usize,
+    /// Per plan.
+    pub max_parallel_steps: usize,
+    pub plan_ttl: Duration,
+    pub default_step_timeout: Duration,
+    pub default_max_attempts: u32,
+    pub max_steps: usize,
+    pub kill_grace: Duration,
+    pub output_tail_bytes: usize,
+    pub log_max_bytes: u64,
+    pub default_workdir: String,
+    /// Given to `run` steps as `FLYTO_PLAN_SOCK`.
+    pub plan_socket: String,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            max_parallel_plans: 1,
+            max_parallel_steps: 1,
+            plan_ttl: Duration::from_secs(24 * 3600),
+            default_step_timeout: Duration::from_secs(3600),
+            default_max_attempts: 3,
+            max_steps: 1000,
+            kill_grace: Duration::from_secs(2),
+            output_tail_bytes: 4096,
+            log_max_bytes: 8 * 1024 * 1024,
+            default_workdir: std::env::var("HOME").unwrap_or_else(|_| "/".into()),
+            plan_socket: String::new(),
+        }
+    }
+}
+
+/// A refused request: the code and a sentence the user can act on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reject {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Reject {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Reject {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        Reject::new(ErrorCode::Internal, e.to_string())
+    }
+    pub fn not_found(id: &str) -> Self {
+        Reject::new(
+            ErrorCode::NotFound,
+            format!(
+                "no plan `{id}`: it may have expired after plans.plan_ttl; `flytoctl plan_list` shows the plans that exist"
+            ),
+        )
+    }
+}

@@ -1,0 +1,667 @@
+//! The SchedulerActor: owns the active plans, starts steps as tasks it can
+//! cancel, and persists every transition before publishing it.
+
+use super::dag;
+use super::model::{PlanRecord, StepAction, format_id, parse_id, plan_log_dir, step_log_path};
+use super::reader::PlanReader;
+use super::validate::{Limits, validate};
+use super::{PlanConfig, Reject};
+use crate::clock::Clock;
+use crate::store::AfterSync;
+use crate::tools::env::child_env;
+use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
+use flyto_protocol::{ErrorCode, PlanSpec, PlanState, PlanView, StepState};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+
+pub enum SchedulerMsg {
+    Submit {
+        plan: PlanSpec,
+        idempotency_key: Option<String>,
+        reply: RpcReplyPort<Result<(String, bool), Reject>>,
+    },
+    Cancel {
+        id: String,
+        reply: RpcReplyPort<Result<PlanState, Reject>>,
+    },
+    /// Stop starting steps; give running ones `grace`, then cancel them.
+    /// Answers once nothing runs and everything is synced.
+    Drain {
+        grace: Duration,
+        reply: RpcReplyPort<()>,
+    },
+    Reconfigure(PlanConfig),
+    Ping(RpcReplyPort<()>),
+    StepSpawned {
+        plan: u64,
+        step: String,
+        pgid: i32,
+    },
+    StepFinished {
+        plan: u64,
+        step: String,
+        outcome: Outcome,
+    },
+    DrainDeadline,
+    Sweep,
+}
+
+pub struct SchedulerArgs {
+    pub reader: PlanReader,
+    pub config: PlanConfig,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub struct SchedulerActor;
+
+pub struct SchedulerState {
+    reader: PlanReader,
+    config: PlanConfig,
+    clock: Arc<dyn Clock>,
+    next_id: u64,
+    active: BTreeMap<u64, ActivePlan>,
+    drain: Option<Vec<RpcReplyPort<()>>>,
+    sweeper: Option<tokio::task::JoinHandle<()>>,
+}
+
+struct ActivePlan {
+    rec: PlanRecord,
+    stored_state: PlanState,
+    tx: Arc<watch::Sender<PlanView>>,
+    running: HashMap<String, oneshot::Sender<CancelReason>>,
+    cancelling: bool,
+    cancel_waiters: Vec<RpcReplyPort<Result<PlanState, Reject>>>,
+}
+
+impl Actor for SchedulerActor {
+    type Msg = SchedulerMsg;
+    type State = SchedulerState;
+    type Arguments = SchedulerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SchedulerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = SchedulerState {
+            next_id: args.reader.store.next_id()?,
+            reader: args.reader,
+            config: args.config,
+            clock: args.clock,
+            active: BTreeMap::new(),
+            drain: None,
+            sweeper: None,
+        };
+        state.recover()?;
+        state.sweep()?;
+        let period =
+            (state.config.plan_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        state.sweeper = Some(myself.send_interval(period, || SchedulerMsg::Sweep));
+        state.pump(&myself)?;
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(h) = state.sweeper.take() {
+            h.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SchedulerMsg::Submit {
+                plan,
+                idempotency_key,
+                reply,
+            } => {
+                let answer = state.submit(plan, idempotency_key);
+                let started = answer.is_ok();
+                state.reply_after_sync(reply, answer);
+                if started {
+                    state.pump(&myself)?;
+                }
+            }
+            SchedulerMsg::Cancel { id, reply } => state.cancel(&id, reply, &myself)?,
+            SchedulerMsg::Drain { grace, reply } => {
+                let waiters = state.drain.get_or_insert_with(Vec::new);
+                waiters.push(reply);
+                myself.send_after(grace, || SchedulerMsg::DrainDeadline);
+                state.finish_drain_if_idle();
+            }
+            SchedulerMsg::Reconfigure(config) => {
+                state.config = config;
+                state.pump(&myself)?;
+            }
+            SchedulerMsg::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            SchedulerMsg::StepSpawned { plan, step, pgid } => {
+                if let Some(ap) = state.active.get_mut(&plan)
+                    && let Some(i) = ap.rec.step_index(&step)
+                {
+                    ap.rec.steps[i].pgid = Some(pgid);
+                    state.persist(plan)?;
+                }
+            }
+            SchedulerMsg::StepFinished {
+                plan,
+                step,
+                outcome,
+            } => {
+                state.step_finished(plan, &step, outcome)?;
+                state.pump(&myself)?;
+                state.finish_drain_if_idle();
+            }
+            SchedulerMsg::DrainDeadline => {
+                for ap in state.active.values_mut() {
+                    for (_, cancel) in ap.running.drain() {
+                        let _ = cancel.send(CancelReason::Shutdown);
+                    }
+                }
+            }
+            SchedulerMsg::Sweep => state.sweep()?,
+        }
+        Ok(())
+    }
+}
+
+impl SchedulerState {
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn reply_after_sync<T: Send + 'static>(
+        &self,
+        reply: RpcReplyPort<Result<T, Reject>>,
+        answer: Result<T, Reject>,
+    ) {
+        let then: AfterSync = Box::new(move |synced| {
+            let answer = match synced {
+                Ok(()) => answer,
+                Err(e) => Err(Reject::new(
+                    ErrorCode::Internal,
+                    format!("could not make the change durable: {e}"),
+                )),
+            };
+            let _ = reply.send(answer);
+        });
+        self.reader.store.after_sync(then);
+    }
+
+    /// Writes the plan, then publishes its view once synced.
+    fn persist(&mut self, id: u64) -> Result<(), ActorProcessingErr> {
+        let Some(ap) = self.active.get_mut(&id) else {
+            return Ok(());
+        };
+        ap.rec.revision += 1;
+        self.reader.store.put(&ap.rec, Some(ap.stored_state))?;
+        ap.stored_state = ap.rec.state;
+        let view = ap.rec.view(&self.reader.log_dir);
+        let tx = ap.tx.clone();
+        let terminal = ap.rec.state.is_terminal();
+        let live = self.reader.live.clone();
+        self.reader.store.after_sync(Box::new(move |_| {
+            tx.send_replace(view);
+            if terminal && let Ok(mut m) = live.write() {
+                m.remove(&id);
+            }
+        }));
+        if terminal && let Some(ap) = self.active.remove(&id) {
+            let state = ap.rec.state;
+            for w in ap.cancel_waiters {
+                self.reply_after_sync(w, Ok(state));
+            }
+        }
+        Ok(())
+    }
+
+    fn make_live(&mut self, rec: PlanRecord, synced: bool) {
+        let id = rec.id;
+        let (tx, _) = watch::channel(rec.view(&self.reader.log_dir));
+        let tx = Arc::new(tx);
+        let live = self.reader.live.clone();
+        let publish = tx.clone();
+        let insert = move || {
+            if let Ok(mut m) = live.write() {
+                m.insert(id, publish);
+            }
+        };
+        if synced {
+            insert();
+        } else {
+            self.reader.store.after_sync(Box::new(move |_| insert()));
+        }
+        self.active.insert(
+            id,
+            ActivePlan {
+                stored_state: rec.state,
+                rec,
+                tx,
+                running: HashMap::new(),
+                cancelling: false,
+                cancel_waiters: Vec::new(),
+            },
+        );
+    }
+
+    fn submit(&mut self, spec: PlanSpec, key: Option<String>) -> Result<(String, bool), Reject> {
+        if self.drain.is_some() {
+            return Err(Reject::new(
+                ErrorCode::Unavailable,
+                "flytod is shutting down: submit the plan again once it has restarted",
+            ));
+        }
+        if let Some(k) = &key {
+            if k.is_empty() || k.len() > 256 {
+                return Err(Reject::new(
+                    ErrorCode::BadRequest,
+                    "the idempotency key must be 1 to 256 bytes",
+                ));
+            }
+            if let Some(id) = self
+                .reader
+                .store
+                .find_idempotent(k)
+                .map_err(Reject::internal)?
+            {
+                return Ok((format_id(id), true));
+            }
+        }
+        let limits = Limits {
+            max_steps: self.config.max_steps,
+            max_text_bytes: 1024 * 1024,
+            default_timeout_secs: self.config.default_step_timeout.as_secs().max(1),
+            default_max_attempts: self.config.default_max_attempts.max(1),
+            default_workdir: self.config.default_workdir.clone(),
+        };
+        let steps = validate(&spec, &limits).map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
+        let id = self.next_id;
+        let rec = PlanRecord {
+            id,
+            name: spec.name,
+            state: PlanState::Pending,
+            reason: None,
+            created_ms: self.now(),
+            started_ms: None,
+            finished_ms: None,
+            revision: 1,
+            idempotency_key: key,
+            steps,
+        };
+        self.reader
+            .store
+            .put(&rec, None)
+            .map_err(Reject::internal)?;
+        self.next_id += 1;
+        self.make_live(rec, false);
+        Ok((format_id(id), false))
+    }
+
+    /// Crash recovery: running plans and steps go back to pending; a step
+    /// out of attempts fails with the reason.
+    fn recover(&mut self) -> Result<(), ActorProcessingErr> {
+        self.reader
+            .live
+            .write()
+            .map_err(|_| "live view lock poisoned")?
+            .clear();
+        let now = self.now();
+        for mut rec in self.reader.store.load_active()? {
+            let prev = rec.state;
+            let mut changed = false;
+            for s in rec
+                .steps
+                .iter_mut()
+                .filter(|s| s.state == StepState::Running)
+            {
+                if let Some(pgid) = s.pgid.take() {
+                    process::kill_orphaned_group(pgid, &step_marker(rec.id, &s.id));
+                }
+                changed = true;
+                if s.attempts >= s.max_attempts {
+                    s.state = StepState::Failed;
+                    s.finished_ms = Some(now);
+                    s.error = Some(format!(
+                        "interrupted: flytod stopped while it ran, {} of max_attempts = {} attempts used; raise max_attempts to allow more",
+                        s.attempts, s.max_attempts
+                    ));
+                } else {
+                    s.state = StepState::Pending;
+                    s.error = Some(format!(
+                        "attempt {} was interrupted (flytod stopped); it runs again",
+                        s.attempts
+                    ));
+                }
+            }
+            if rec.state == PlanState::Running {
+                rec.state = PlanState::Pending;
+                changed = true;
+            }
+            if changed {
+                rec.revision += 1;
+                self.reader.store.put(&rec, Some(prev))?;
+            }
+            self.make_live(rec, true);
+        }
+        self.reader.store.sync_blocking()?;
+        Ok(())
+    }
+
+    fn running_steps(&self) -> usize {
+        self.active.values().map(|p| p.running.len()).sum()
+    }
+
+    /// Starts whatever may start now. Called after every change.
+    fn pump(&mut self, myself: &ActorRef<SchedulerMsg>) -> Result<(), ActorProcessingErr> {
+        if self.drain.is_some() {
+            return Ok(());
+        }
+        let now = self.now();
+        let mut running_plans = self
+            .active
+            .values()
+            .filter(|p| p.rec.state == PlanState::Running)
+            .count();
+        let ids: Vec<u64> = self.active.keys().copied().collect();
+        for id in ids {
+            let Some(ap) = self.active.get_mut(&id) else {
+                continue;
+            };
+            let mut changed = false;
+            if ap.rec.state == PlanState::Pending {
+                if running_plans >= self.config.max_parallel_plans.max(1) {
+                    continue;
+                }
+                ap.rec.state = PlanState::Running;
+                ap.rec.started_ms.get_or_insert(now);
+                running_plans += 1;
+                changed = true;
+            }
+            if ap.rec.state != PlanState::Running {
+                continue;
+            }
+            let slots = self
+                .config
+                .max_parallel_steps
+                .max(1)
+                .saturating_sub(ap.running.len());
+            let (skipped, ready) = if ap.cancelling {
+                (false, Vec::new())
+            } else {
+                dag::advance(&mut ap.rec, slots, now)
+            };
+            changed |= skipped;
+            for i in ready {
+                changed = true;
+                self.start_step(id, i, myself);
+            }
+            let Some(ap) = self.active.get_mut(&id) else {
+                continue;
+            };
+            if ap.running.is_empty()
+                && let Some((state, reason)) = dag::outcome(&ap.rec, ap.cancelling)
+            {
+                ap.rec.state = state;
+                ap.rec.reason = reason;
+                ap.rec.finished_ms = Some(now);
+                running_plans = running_plans.saturating_sub(1);
+                changed = true;
+            }
+            if changed {
+                self.persist(id)?;
+            }
+        }
+        self.reader
+            .steps_running
+            .store(self.running_steps() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn start_step(&mut self, plan: u64, i: usize, myself: &ActorRef<SchedulerMsg>) {
+        let now = self.now();
+        let config = &self.config;
+        let log_dir = self.reader.log_dir.clone();
+        let Some(ap) = self.active.get_mut(&plan) else {
+            return;
+        };
+        let step = &mut ap.rec.steps[i];
+        step.started_ms = Some(now);
+        step.finished_ms = None;
+        step.exit_code = None;
+        if step.attempts >= step.max_attempts {
+            step.state = StepState::Failed;
+            step.finished_ms = Some(now);
+            step.error = Some(format!(
+                "gave up after {} attempts (max_attempts = {})",
+                step.attempts, step.max_attempts
+            ));
+            return;
+        }
+        let command = match &step.action {
+            StepAction::Run { command } => command.clone(),
+            StepAction::Agent { .. } => {
+                step.state = StepState::Failed;
+                step.finished_ms = Some(now);
+                step.error = Some(
+                    "no model configured: agent steps need an LLM model, and this flytod does not support models yet (agent sessions come in a later release); use `run` steps for now"
+                        .into(),
+                );
+                return;
+            }
+        };
+        step.attempts += 1;
+        step.state = StepState::Running;
+        step.error = None;
+        step.stdout_tail.clear();
+        step.stderr_tail.clear();
+        let dir = plan_log_dir(&log_dir, plan);
+        let log_path = std::fs::create_dir_all(&dir)
+            .ok()
+            .map(|_| step_log_path(&log_dir, plan, &step.id));
+        step.has_log = log_path.is_some();
+        let step_id = step.id.clone();
+        let marker = step_marker(plan, &step_id);
+        let extra = [
+            ("FLYTO_PLAN_SOCK".to_string(), config.plan_socket.clone()),
+            ("FLYTO_CHAIN".to_string(), format_id(plan)),
+            ("FLYTO_PLAN_ID".to_string(), format_id(plan)),
+            ("FLYTO_STEP".to_string(), marker),
+        ];
+        let spec = CommandSpec {
+            command,
+            workdir: step.workdir.clone().into(),
+            env: child_env(std::env::vars(), &extra),
+            timeout: Duration::from_secs(step.timeout_secs),
+            kill_grace: config.kill_grace,
+            log_path,
+            log_max: config.log_max_bytes,
+            tail_max: config.output_tail_bytes,
+        };
+        let (cancel_tx, cancel_rx) = oneshot::channel();
+        ap.running.insert(step_id.clone(), cancel_tx);
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let spawned_me = me.clone();
+            let spawned_step = step_id.clone();
+            let outcome = process::run(spec, cancel_rx, move |pgid| {
+                let _ = spawned_me.cast(SchedulerMsg::StepSpawned {
+                    plan,
+                    step: spawned_step,
+                    pgid,
+                });
+            })
+            .await;
+            let _ = me.cast(SchedulerMsg::StepFinished {
+                plan,
+                step: step_id,
+                outcome,
+            });
+        });
+    }
+
+    fn step_finished(
+        &mut self,
+        plan: u64,
+        step_id: &str,
+        outcome: Outcome,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = self.now();
+        let Some(ap) = self.active.get_mut(&plan) else {
+            return Ok(());
+        };
+        ap.running.remove(step_id);
+        let Some(i) = ap.rec.step_index(step_id) else {
+            return Ok(());
+        };
+        let step = &mut ap.rec.steps[i];
+        step.pgid = None;
+        step.stdout_tail = outcome.stdout_tail;
+        step.stderr_tail = outcome.stderr_tail;
+        step.finished_ms = Some(now);
+        let (state, exit_code, error) = match outcome.exit {
+            Exit::Code(0) => (StepState::Succeeded, Some(0), None),
+            Exit::Code(c) => (StepState::Failed, Some(c), Some(format!("exit code {c}"))),
+            Exit::Signal(s) => (
+                StepState::Failed,
+                None,
+                Some(format!("killed by signal {s}")),
+            ),
+            Exit::TimedOut => (
+                StepState::Failed,
+                Some(process::TIMEOUT_EXIT),
+                Some(format!(
+                    "timed out after {}s: raise the step's timeout_secs if it needs longer",
+                    step.timeout_secs
+                )),
+            ),
+            Exit::Cancelled(CancelReason::User) => {
+                (StepState::Cancelled, None, Some("cancelled by user".into()))
+            }
+            Exit::Cancelled(CancelReason::Shutdown) => {
+                step.finished_ms = None;
+                (
+                    StepState::Pending,
+                    None,
+                    Some(format!(
+                        "interrupted: flytod shut down while attempt {} ran (killed after the shutdown grace); it runs again when flytod starts",
+                        step.attempts
+                    )),
+                )
+            }
+            Exit::SpawnFailed(m) => (StepState::Failed, None, Some(m)),
+        };
+        step.state = state;
+        step.exit_code = exit_code;
+        step.error = error;
+        if outcome.log_truncated {
+            let note = format!(
+                "output log truncated at {} bytes",
+                self.config.log_max_bytes
+            );
+            step.error = Some(match step.error.take() {
+                Some(e) => format!("{e}; {note}"),
+                None => note,
+            });
+        }
+        if state == StepState::Pending && ap.running.is_empty() {
+            ap.rec.state = PlanState::Pending;
+        }
+        self.persist(plan)
+    }
+
+    fn cancel(
+        &mut self,
+        id: &str,
+        reply: RpcReplyPort<Result<PlanState, Reject>>,
+        myself: &ActorRef<SchedulerMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let n = parse_id(id);
+        let Some(ap) = n.and_then(|n| self.active.get_mut(&n)) else {
+            let answer = match n.map(|n| self.reader.store.get(n)) {
+                Some(Ok(Some(rec))) => Ok(rec.state),
+                Some(Err(e)) => Err(Reject::internal(e)),
+                _ => Err(Reject::not_found(id)),
+            };
+            self.reply_after_sync(reply, answer);
+            return Ok(());
+        };
+        let now = self.clock.now_ms();
+        ap.cancelling = true;
+        for s in ap
+            .rec
+            .steps
+            .iter_mut()
+            .filter(|s| s.state == StepState::Pending)
+        {
+            s.state = StepState::Cancelled;
+            s.finished_ms = Some(now);
+            s.error = Some("cancelled by user before it started".into());
+        }
+        for (_, cancel) in ap.running.drain() {
+            let _ = cancel.send(CancelReason::User);
+        }
+        // The plan is answered when its last step has stopped.
+        ap.cancel_waiters.push(reply);
+        let id = ap.rec.id;
+        if ap.running.is_empty() {
+            // Nothing to wait for: let pump settle it as cancelled at once.
+            ap.rec.state = PlanState::Running;
+            self.pump(myself)
+        } else {
+            self.persist(id)
+        }
+    }
+
+    fn finish_drain_if_idle(&mut self) {
+        if self.running_steps() > 0 {
+            return;
+        }
+        if let Some(waiters) = self.drain.as_mut() {
+            for w in waiters.drain(..) {
+                self.reader.store.after_sync(Box::new(move |_| {
+                    let _ = w.send(());
+                }));
+            }
+        }
+    }
+
+    /// Deletes terminal plans older than the TTL, with their logs.
+    fn sweep(&mut self) -> Result<(), ActorProcessingErr> {
+        let ttl = self.config.plan_ttl.as_millis() as u64;
+        let cutoff = self.now().saturating_sub(ttl);
+        loop {
+            let ids = self.reader.store.expired(cutoff, 256)?;
+            let mut deleted = 0;
+            for &id in &ids {
+                if let Some(rec) = self.reader.store.get(id)? {
+                    self.reader.store.delete(&rec)?;
+                    let _ = std::fs::remove_dir_all(plan_log_dir(&self.reader.log_dir, id));
+                    deleted += 1;
+                }
+            }
+            if deleted == 0 || deleted < ids.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Put in each child's environment so a restarted daemon can recognise the
+/// leftovers of an interrupted attempt.
+fn step_marker(plan: u64, step: &str) -> String {
+    format!("{}/{step}", format_id(plan))
+}

@@ -1,0 +1,333 @@
+//! Runs one shell command by the process rules: filtered environment, own
+//! process group, stdin from /dev/null, a timeout, output captured with
+//! bounds, and the whole group killed on timeout, cancel or shutdown.
+
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+/// Exit code reported for a command killed by its timeout (as `timeout(1)`).
+pub const TIMEOUT_EXIT: i32 = 124;
+
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    pub command: String,
+    pub workdir: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Time between SIGTERM and SIGKILL to the group.
+    pub kill_grace: Duration,
+    /// Combined stdout+stderr goes here, up to `log_max` bytes.
+    pub log_path: Option<PathBuf>,
+    pub log_max: u64,
+    /// Bytes of each stream kept for the step record.
+    pub tail_max: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    User,
+    Shutdown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+    Cancelled(CancelReason),
+    SpawnFailed(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub exit: Exit,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub log_truncated: bool,
+}
+
+/// Runs `spec` to the end. `cancel` fires (or is dropped) to stop it;
+/// `spawned` learns the process group id as soon as it exists.
+pub async fn run(
+    spec: CommandSpec,
+    cancel: oneshot::Receiver<CancelReason>,
+    spawned: impl FnOnce(i32),
+) -> Outcome {
+    let shell = if std::path::Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    let mut cmd = tokio::process::Command::new(shell);
+    cmd.arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.workdir)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; the closure only calls it.
+    unsafe {
+        cmd.pre_exec(|| {
+            // If flytod dies without cleaning up, its children die too.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome {
+                exit: Exit::SpawnFailed(format!(
+                    "cannot start {shell} in {}: {e}",
+                    spec.workdir.display()
+                )),
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                log_truncated: false,
+            };
+        }
+    };
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    spawned(pgid);
+
+    let (chunks_tx, chunks_rx) = mpsc::channel::<(Stream, Vec<u8>)>(16);
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(pump(out, Stream::Out, chunks_tx.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(pump(err, Stream::Err, chunks_tx.clone()));
+    }
+    drop(chunks_tx);
+    let collector = tokio::spawn(collect(chunks_rx, spec.clone()));
+
+    let exit = wait(&mut child, pgid, &spec, cancel).await;
+    // Whatever the leader did, nothing of its group outlives the step.
+    kill_group(pgid, libc::SIGKILL);
+    let captured = match tokio::time::timeout(Duration::from_secs(5), collector).await {
+        Ok(Ok(c)) => c,
+        _ => Captured::default(),
+    };
+    Outcome {
+        exit,
+        stdout_tail: lossy(&captured.out_tail),
+        stderr_tail: lossy(&captured.err_tail),
+        log_truncated: captured.log_truncated,
+    }
+}
+
+async fn wait(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    spec: &CommandSpec,
+    mut cancel: oneshot::Receiver<CancelReason>,
+) -> Exit {
+    let stop = tokio::select! {
+        status = child.wait() => return status_exit(status),
+        _ = tokio::time::sleep(spec.timeout) => Exit::TimedOut,
+        reason = &mut cancel => Exit::Cancelled(reason.unwrap_or(CancelReason::Shutdown)),
+    };
+    kill_group(pgid, libc::SIGTERM);
+    if tokio::time::timeout(spec.kill_grace, child.wait())
+        .await
+        .is_err()
+    {
+        kill_group(pgid, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+    stop
+}
+
+fn status_exit(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(sig)) => Exit::Signal(sig),
+            (None, None) => Exit::Code(-1),
+        },
+        Err(e) => Exit::SpawnFailed(format!("cannot wait for the command: {e}")),
+    }
+}
+
+pub fn kill_group(pgid: i32, signal: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no
+        // memory is involved. ESRCH (already gone) is fine.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+/// After a crash: kills process group `pgid` if one of its members still
+/// carries `FLYTO_STEP=<marker>` (so a reused pid is never hit).
+pub fn kill_orphaned_group(pgid: i32, marker: &str) {
+    let want = format!("FLYTO_STEP={marker}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command name: state ppid pgrp ...
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            .and_then(|f| f.parse::<i32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
+            tracing::warn!(pgid, "killing processes left over from an interrupted step");
+            kill_group(pgid, libc::SIGKILL);
+            return;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+async fn pump<R: AsyncRead + Unpin>(mut r: R, which: Stream, tx: mpsc::Sender<(Stream, Vec<u8>)>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if tx.send((which, buf[..n].to_vec())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Captured {
+    out_tail: VecDeque<u8>,
+    err_tail: VecDeque<u8>,
+    log_truncated: bool,
+}
+
+async fn collect(mut rx: mpsc::Receiver<(Stream, Vec<u8>)>, spec: CommandSpec) -> Captured {
+    let mut cap = Captured::default();
+    let mut log = match &spec.log_path {
+        Some(p) => tokio::fs::File::create(p).await.ok(),
+        None => None,
+    };
+    let mut logged: u64 = 0;
+    while let Some((which, chunk)) = rx.recv().await {
+        let tail = match which {
+            Stream::Out => &mut cap.out_tail,
+            Stream::Err => &mut cap.err_tail,
+        };
+        push_tail(tail, &chunk, spec.tail_max);
+        if let Some(f) = log.as_mut() {
+            let room = spec.log_max.saturating_sub(logged) as usize;
+            let take = room.min(chunk.len());
+            if take > 0 && f.write_all(&chunk[..take]).await.is_ok() {
+                logged += take as u64;
+            }
+            if take < chunk.len() {
+                cap.log_truncated = true;
+                let note = format!(
+                    "\n[flyto: log truncated at {} bytes; the output tail is kept in the step record]\n",
+                    spec.log_max
+                );
+                let _ = f.write_all(note.as_bytes()).await;
+                let _ = f.flush().await;
+                log = None;
+            }
+        }
+    }
+    if let Some(mut f) = log {
+        let _ = f.flush().await;
+    }
+    cap
+}
+
+fn push_tail(tail: &mut VecDeque<u8>, chunk: &[u8], max: usize) {
+    let chunk = &chunk[chunk.len().saturating_sub(max)..];
+    tail.extend(chunk.iter().copied());
+    let excess = tail.len().saturating_sub(max);
+    tail.drain(..excess);
+}
+
+fn lossy(tail: &VecDeque<u8>) -> String {
+    let bytes: Vec<u8> = tail.iter().copied().collect();
+    // The cut may land inside a UTF-8 sequence; skip its continuation bytes.
+    let start = bytes
+        .iter()
+        .position(|b| (b & 0xC0) != 0x80)
+        .unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cmd: &str) -> CommandSpec {
+        CommandSpec {
+            command: cmd.into(),
+            workdir: std::env::temp_dir(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            timeout: Duration::from_secs(30),
+            kill_grace: Duration::from_millis(200),
+            log_path: None,
+            log_max: 1024,
+            tail_max: 8,
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_tails() {
+        let (_tx, rx) = oneshot::channel();
+        let out = run(spec("echo 0123456789; echo oops >&2; exit 3"), rx, |_| {}).await;
+        assert_eq!(out.exit, Exit::Code(3));
+        assert_eq!(out.stdout_tail, "3456789\n");
+        assert_eq!(out.stderr_tail, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_a_command_that_ignores_sigterm() {
+        let (_tx, rx) = oneshot::channel();
+        let mut s = spec("trap '' TERM; sleep 30");
+        s.timeout = Duration::from_millis(100);
+        let out = run(s, rx, |_| {}).await;
+        assert_eq!(out.exit, Exit::TimedOut);
+    }
+
+    #[test]
+    fn tail_keeps_the_last_bytes_and_valid_utf8() {
+        let mut t = VecDeque::new();
+        push_tail(&mut t, "aé".as_bytes(), 2);
+        assert_eq!(lossy(&t), "é");
+        push_tail(&mut t, b"xyz", 2);
+        assert_eq!(lossy(&t), "yz");
+    }
+}

@@ -1,0 +1,60 @@
+//! `plan_cancel` and `plan_list`.
+
+use crate::conn::Ctx;
+use crate::exit;
+use crate::format::now_ms;
+use crate::output;
+use crate::render;
+use anyhow::{Context, Result};
+use clap::Args;
+use flyto_protocol::{PlanState, Request, Response};
+
+pub fn cancel(ctx: &Ctx, id: String) -> Result<u8> {
+    match ctx.request(&Request::PlanCancel { id })? {
+        Response::PlanCancelled { id, state } => {
+            output::stdout(&format!("{}\n", render::cancelled(&id, state)))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(crate::conn::unexpected("plan_cancel", &other)),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only plans in this state: pending, running, succeeded, failed, cancelled
+    #[arg(long, value_name = "STATE", value_parser = parse_state)]
+    pub state: Option<PlanState>,
+
+    /// At most N plans (newest first)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+
+    /// Print the list as pretty JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_state(s: &str) -> Result<PlanState, String> {
+    s.parse()
+}
+
+pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
+    let req = Request::PlanList {
+        state: args.state,
+        limit: args.limit,
+    };
+    let plans = match ctx.request(&req)? {
+        Response::Plans { plans } => plans,
+        other => return Err(crate::conn::unexpected("plan_list", &other)),
+    };
+    if args.json {
+        let json =
+            serde_json::to_string_pretty(&plans).context("cannot encode the list as JSON")?;
+        output::stdout(&format!("{json}\n"))?;
+    } else if plans.is_empty() {
+        output::note("no plans");
+    } else {
+        output::stdout(&render::plan_list(&plans, now_ms(), ctx.style))?;
+    }
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,273 @@
+//! Daemon answers as text: the plan table with output tails, the plan list,
+//! stats and pong lines. Pure functions of their inputs (and `now_ms`).
+
+use crate::format::{age, bytes, duration};
+use crate::style::{Style, Tone, plan_tone, step_tone};
+use crate::table::{Cell, Table};
+use flyto_protocol::{DaemonStats, PlanState, PlanSummary, PlanView, StepView};
+
+/// Header line, step table, then each step's error and output tails.
+pub fn plan_view(plan: &PlanView, now_ms: u64, style: Style) -> String {
+    let mut out = plan_header(plan, now_ms, style);
+    out.push('\n');
+    out.push_str(&step_table(plan, now_ms, style));
+    let details: Vec<String> = plan
+        .steps
+        .iter()
+        .map(|s| step_details(s, style))
+        .filter(|d| !d.is_empty())
+        .collect();
+    if !details.is_empty() {
+        out.push('\n');
+        out.push_str(&details.concat());
+    }
+    out
+}
+
+/// `plan p12 "nightly" failed after 3m04s: <reason>`.
+pub fn plan_header(plan: &PlanView, now_ms: u64, style: Style) -> String {
+    let mut out = format!("plan {}", style.paint(&plan.id, Tone::Bold));
+    if let Some(name) = &plan.name {
+        out.push_str(&format!(" {name:?}"));
+    }
+    out.push(' ');
+    out.push_str(&style.paint(plan.state.as_str(), plan_tone(plan.state)));
+    match (plan.state, plan.started_ms, plan.finished_ms) {
+        (PlanState::Pending, _, _) => {
+            out.push_str(&format!(", created {}", age(now_ms, plan.created_ms)))
+        }
+        (PlanState::Running, Some(start), _) => {
+            out.push_str(&format!(" for {}", duration(now_ms.saturating_sub(start))));
+        }
+        (_, Some(start), Some(end)) => {
+            out.push_str(&format!(" after {}", duration(end.saturating_sub(start))));
+        }
+        _ => {}
+    }
+    if let Some(reason) = &plan.reason {
+        out.push_str(": ");
+        out.push_str(reason);
+    }
+    out
+}
+
+fn step_table(plan: &PlanView, now_ms: u64, style: Style) -> String {
+    let mut table = Table::new(&["STEP", "KIND", "STATE", "ATTEMPTS", "DURATION", "EXIT"]);
+    for step in &plan.steps {
+        table.row(vec![
+            Cell::plain(&step.id),
+            Cell::plain(&step.kind),
+            Cell::toned(step.state.as_str(), step_tone(step.state)),
+            Cell::plain(format!("{}/{}", step.attempts, step.max_attempts)),
+            Cell::plain(step_duration(step, now_ms).map_or_else(|| "-".to_string(), duration)),
+            Cell::plain(
+                step.exit_code
+                    .map_or_else(|| "-".to_string(), |c| c.to_string()),
+            ),
+        ]);
+    }
+    table.render(style)
+}
+
+/// Run time of a step: to its end, or to `now_ms` while it runs.
+pub fn step_duration(step: &StepView, now_ms: u64) -> Option<u64> {
+    let start = step.started_ms?;
+    Some(step.finished_ms.unwrap_or(now_ms).saturating_sub(start))
+}
+
+fn step_details(step: &StepView, style: Style) -> String {
+    let mut out = String::new();
+    if let Some(error) = &step.error {
+        out.push_str(&format!(
+            "{} {}: {error}\n",
+            step.id,
+            style.paint("error", Tone::Red)
+        ));
+    }
+    for (label, tail, tone) in [
+        ("stdout", &step.stdout_tail, Tone::Plain),
+        ("stderr", &step.stderr_tail, Tone::Red),
+    ] {
+        let tail = tail.trim_end_matches(['\n', '\r']);
+        if tail.trim().is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{} {}:\n", step.id, style.paint(label, tone)));
+        for line in tail.lines() {
+            out.push_str("    ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+pub fn plan_list(plans: &[PlanSummary], now_ms: u64, style: Style) -> String {
+    let mut table = Table::new(&["ID", "STATE", "STEPS", "CREATED", "NAME"]);
+    for plan in plans {
+        table.row(vec![
+            Cell::plain(&plan.id),
+            Cell::toned(plan.state.as_str(), plan_tone(plan.state)),
+            Cell::plain(format!("{}/{}", plan.steps_done, plan.steps_total)),
+            Cell::plain(age(now_ms, plan.created_ms)),
+            Cell::plain(plan.name.as_deref().unwrap_or("-")),
+        ]);
+    }
+    table.render(style)
+}
+
+/// What `plan_cancel` reports for the state the plan ended in.
+pub fn cancelled(id: &str, state: PlanState) -> String {
+    match state {
+        PlanState::Cancelled => format!("cancelled {id}"),
+        s if s.is_terminal() => format!("{id} had already finished: {}", s.as_str()),
+        s => format!("{id} is {} (cancel requested)", s.as_str()),
+    }
+}
+
+pub fn pong(daemon_version: &str, pid: u32, uptime_ms: u64) -> String {
+    format!(
+        "flytod {daemon_version} pid {pid} up {}",
+        duration(uptime_ms)
+    )
+}
+
+pub fn stats(s: &DaemonStats) -> String {
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+    let rows = [
+        ("version", s.daemon_version.clone()),
+        ("pid", s.pid.to_string()),
+        ("uptime", duration(s.uptime_ms)),
+        ("draining", yes_no(s.draining)),
+        ("plans pending", s.plans_pending.to_string()),
+        ("plans running", s.plans_running.to_string()),
+        ("plans succeeded", s.plans_succeeded.to_string()),
+        ("plans failed", s.plans_failed.to_string()),
+        ("plans cancelled", s.plans_cancelled.to_string()),
+        ("steps running", s.steps_running.to_string()),
+        ("scheduler restarts", s.scheduler_restarts.to_string()),
+        ("database size", bytes(s.db_bytes)),
+    ];
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    rows.iter()
+        .map(|(key, value)| format!("{:<width$} {value}\n", format!("{key}:")))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use flyto_protocol::StepState;
+
+    fn step(id: &str, kind: &str, state: StepState) -> StepView {
+        StepView {
+            id: id.into(),
+            kind: kind.into(),
+            text: "true".into(),
+            deps: vec![],
+            state,
+            attempts: 0,
+            max_attempts: 3,
+            started_ms: None,
+            finished_ms: None,
+            exit_code: None,
+            error: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            log_path: None,
+        }
+    }
+
+    fn sample() -> PlanView {
+        let mut fetch = step("fetch", "run", StepState::Succeeded);
+        fetch.attempts = 1;
+        fetch.started_ms = Some(1_000);
+        fetch.finished_ms = Some(2_200);
+        fetch.exit_code = Some(0);
+        fetch.stdout_tail = "hello\nworld\n".into();
+        let mut build = step("build", "run", StepState::Failed);
+        build.attempts = 3;
+        build.started_ms = Some(2_200);
+        build.finished_ms = Some(186_200);
+        build.exit_code = Some(1);
+        build.error = Some("exited with status 1".into());
+        build.stderr_tail = "boom\n".into();
+        let mut docs = step("docs", "agent", StepState::Skipped);
+        docs.max_attempts = 1;
+        PlanView {
+            id: "p12".into(),
+            name: Some("nightly".into()),
+            state: PlanState::Failed,
+            reason: Some("step build failed".into()),
+            created_ms: 500,
+            started_ms: Some(1_000),
+            finished_ms: Some(186_200),
+            revision: 7,
+            steps: vec![fetch, build, docs],
+        }
+    }
+
+    #[test]
+    fn renders_a_plan() {
+        let text = plan_view(&sample(), 200_000, Style::plain());
+        let expected = "\
+plan p12 \"nightly\" failed after 3m05s: step build failed
+STEP   KIND   STATE      ATTEMPTS  DURATION  EXIT
+fetch  run    succeeded  1/3       1.2s      0
+build  run    failed     3/3       3m04s     1
+docs   agent  skipped    0/1       -         -
+
+fetch stdout:
+    hello
+    world
+build error: exited with status 1
+build stderr:
+    boom
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn running_steps_count_to_now() {
+        let mut plan = sample();
+        plan.state = PlanState::Running;
+        plan.reason = None;
+        plan.steps[1].state = StepState::Running;
+        plan.steps[1].finished_ms = None;
+        assert_eq!(step_duration(&plan.steps[1], 12_200), Some(10_000));
+        assert_eq!(
+            plan_header(&plan, 4_000, Style::plain()),
+            "plan p12 \"nightly\" running for 3.0s"
+        );
+    }
+
+    #[test]
+    fn renders_the_list_and_the_daemon_lines() {
+        let plans = vec![PlanSummary {
+            id: "p2".into(),
+            name: None,
+            state: PlanState::Running,
+            created_ms: 0,
+            finished_ms: None,
+            steps_total: 3,
+            steps_done: 1,
+        }];
+        assert_eq!(
+            plan_list(&plans, 300_000, Style::plain()),
+            "ID  STATE    STEPS  CREATED  NAME\np2  running  1/3    5m ago   -\n"
+        );
+        assert_eq!(pong("0.1.0", 42, 184_000), "flytod 0.1.0 pid 42 up 3m04s");
+        assert_eq!(cancelled("p1", PlanState::Cancelled), "cancelled p1");
+        assert_eq!(
+            cancelled("p1", PlanState::Succeeded),
+            "p1 had already finished: succeeded"
+        );
+        let text = stats(&DaemonStats {
+            db_bytes: 2048,
+            ..Default::default()
+        });
+        assert!(text.contains("\ndraining:           no\n"), "{text}");
+        assert!(text.ends_with("database size:      2.0 KiB\n"), "{text}");
+    }
+}

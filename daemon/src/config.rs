@@ -1,0 +1,196 @@
+//! The daemon's config file: TOML, every key optional, unknown keys refused.
+
+use anyhow::{Context, bail};
+use flyto_actors::plans::PlanConfig;
+use flyto_actors::supervisor::RestartPolicy;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonSection,
+    pub plans: PlansSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSection {
+    /// How long running steps may go on after SIGTERM before they are killed.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Used when RUST_LOG is unset: error, warn, info, debug, trace.
+    pub log_level: String,
+    /// Open client connections; more are answered `Unavailable`.
+    pub max_connections: usize,
+    /// Requests waiting for the scheduler; more are answered `Unavailable`.
+    pub max_inflight: usize,
+    /// sled's page cache, the bulk of the daemon's memory.
+    pub cache_mb: u64,
+    pub max_restarts: usize,
+    #[serde(with = "humantime_serde")]
+    pub restart_window: Duration,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        DaemonSection {
+            shutdown_grace: Duration::from_secs(30),
+            log_level: "info".into(),
+            max_connections: 512,
+            max_inflight: 4096,
+            cache_mb: 32,
+            max_restarts: 5,
+            restart_window: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlansSection {
+    pub max_parallel_plans: usize,
+    pub max_parallel_steps: usize,
+    #[serde(with = "humantime_serde")]
+    pub plan_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub step_timeout: Duration,
+    pub max_attempts: u32,
+    pub max_steps: usize,
+    /// Between SIGTERM and SIGKILL when a step's process group is stopped.
+    #[serde(with = "humantime_serde")]
+    pub kill_grace: Duration,
+    pub output_tail_bytes: usize,
+    pub log_max_bytes: u64,
+    /// Where steps without `workdir` run; the daemon's $HOME by default.
+    pub default_workdir: Option<PathBuf>,
+}
+
+impl Default for PlansSection {
+    fn default() -> Self {
+        let d = PlanConfig::default();
+        PlansSection {
+            max_parallel_plans: d.max_parallel_plans,
+            max_parallel_steps: d.max_parallel_steps,
+            plan_ttl: d.plan_ttl,
+            step_timeout: d.default_step_timeout,
+            max_attempts: d.default_max_attempts,
+            max_steps: d.max_steps,
+            kill_grace: d.kill_grace,
+            output_tail_bytes: d.output_tail_bytes,
+            log_max_bytes: d.log_max_bytes,
+            default_workdir: None,
+        }
+    }
+}
+
+/// Where the config came from, for messages.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub path: PathBuf,
+    pub exists: bool,
+}
+
+/// `explicit` is `--config`; a file named explicitly must exist, the
+/// default one may be missing (defaults apply).
+pub fn load(explicit: Option<&Path>) -> anyhow::Result<Loaded> {
+    let (path, must_exist) = crate::paths::config_file(explicit);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+            return Ok(Loaded {
+                config: Config::default(),
+                path,
+                exists: false,
+            });
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read config file {}", path.display()));
+        }
+    };
+    let config = parse(&text, &path)?;
+    Ok(Loaded {
+        config,
+        path,
+        exists: true,
+    })
+}
+
+pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
+    let config: Config = toml::from_str(text)
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    if config.plans.max_parallel_plans == 0 || config.plans.max_parallel_steps == 0 {
+        bail!(
+            "invalid config file {}: plans.max_parallel_plans and plans.max_parallel_steps must be at least 1",
+            path.display()
+        );
+    }
+    if config.plans.max_attempts == 0 {
+        bail!(
+            "invalid config file {}: plans.max_attempts must be at least 1",
+            path.display()
+        );
+    }
+    Ok(config)
+}
+
+impl Config {
+    pub fn plan_config(&self, socket: &Path) -> PlanConfig {
+        let p = &self.plans;
+        let mut out = PlanConfig {
+            max_parallel_plans: p.max_parallel_plans,
+            max_parallel_steps: p.max_parallel_steps,
+            plan_ttl: p.plan_ttl,
+            default_step_timeout: p.step_timeout,
+            default_max_attempts: p.max_attempts,
+            max_steps: p.max_steps,
+            kill_grace: p.kill_grace,
+            output_tail_bytes: p.output_tail_bytes,
+            log_max_bytes: p.log_max_bytes,
+            plan_socket: socket.display().to_string(),
+            ..PlanConfig::default()
+        };
+        if let Some(dir) = &p.default_workdir {
+            out.default_workdir = dir.display().to_string();
+        }
+        out
+    }
+
+    pub fn restart_policy(&self) -> RestartPolicy {
+        RestartPolicy {
+            max_restarts: self.daemon.max_restarts,
+            window: self.daemon.restart_window,
+            ..RestartPolicy::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let err = parse(
+            "[plans]\nmax_parallel_plans = 2\nmax_paralel_steps = 3\n",
+            Path::new("/etc/flyto/config.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("/etc/flyto/config.toml"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("max_paralel_steps"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error_and_durations_parse() {
+        let err = parse("[plans]\nmax_attempts = \"x\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+        let c = parse("[daemon]\nshutdown_grace = \"5s\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.daemon.shutdown_grace, Duration::from_secs(5));
+    }
+}

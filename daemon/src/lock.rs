@@ -1,0 +1,51 @@
+//! Single instance: an exclusive flock on `<state>/flytod.lock`, held for the
+//! life of the process, with the holder's pid written inside.
+
+use anyhow::{Context, bail};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+pub struct InstanceLock {
+    _file: File,
+}
+
+pub fn acquire(state_dir: &Path) -> anyhow::Result<InstanceLock> {
+    let path = state_dir.join("flytod.lock");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot open lock file {}", path.display()))?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() {
+                "another process".to_string()
+            } else {
+                format!("pid {holder}")
+            };
+            bail!(
+                "another flytod is already running ({who} holds {}): stop it first (`systemctl --user stop flytod` or `kill {}`), or give this one its own FLYTO_HOME",
+                path.display(),
+                if holder.is_empty() { "<pid>" } else { holder }
+            );
+        }
+        return Err(err).with_context(|| format!("cannot lock {}", path.display()));
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    file.flush()?;
+    Ok(InstanceLock { _file: file })
+}

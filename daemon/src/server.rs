@@ -1,0 +1,398 @@
+//! Connections on the control socket: peer check, encoding sniff, framing,
+//! the handshake, and dispatch of requests to the plan reader or the
+//! scheduler. Only this module knows about connections.
+
+use flyto_actors::plans::{PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
+use flyto_protocol::framing::{self, FrameError, nonblocking};
+use flyto_protocol::{
+    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, Request, Response,
+};
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::Semaphore;
+
+pub const DAEMON_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub struct Ctx {
+    pub reader: PlanReader,
+    pub draining: AtomicBool,
+    pub started: Instant,
+    pub restarts: Arc<AtomicU64>,
+    /// Requests waiting on the scheduler; bounded so overload is an answer,
+    /// not a growing queue.
+    pub inflight: Semaphore,
+    pub connections: Arc<Semaphore>,
+    pub uid: u32,
+}
+
+pub async fn serve(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let permit = ctx.connections.clone().try_acquire_owned();
+            if let Err(e) = connection(stream, &ctx, permit.is_ok()).await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+}
+
+enum Mode {
+    Binary,
+    Json,
+}
+
+struct Sink {
+    w: OwnedWriteHalf,
+    mode: Mode,
+}
+
+impl Sink {
+    async fn send(&mut self, resp: &Response) -> Result<(), FrameError> {
+        match self.mode {
+            Mode::Binary => nonblocking::write_frame(&mut self.w, resp).await,
+            Mode::Json => {
+                self.w.write_all(&framing::json_line(resp)?).await?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn error(
+        &mut self,
+        code: ErrorCode,
+        message: impl Into<String>,
+    ) -> Result<(), FrameError> {
+        self.send(&Response::error(code, message)).await
+    }
+}
+
+async fn connection(stream: UnixStream, ctx: &Ctx, admitted: bool) -> Result<(), FrameError> {
+    let peer = stream.peer_cred().ok();
+    let (r, w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut first = [0u8; 1];
+    if r.read(&mut first).await? == 0 {
+        return Ok(());
+    }
+    let mode = if first[0] == b'{' {
+        Mode::Json
+    } else {
+        Mode::Binary
+    };
+    let mut sink = Sink { w, mode };
+    let peer_uid = peer.map(|c| c.uid());
+    if peer_uid != Some(ctx.uid) && peer_uid != Some(0) {
+        tracing::warn!(
+            peer_uid = ?peer_uid,
+            peer_pid = ?peer.and_then(|c| c.pid()),
+            "refused a connection from another user"
+        );
+        return sink
+            .error(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "flytod serves only uid {} (and root); connect as that user",
+                    ctx.uid
+                ),
+            )
+            .await;
+    }
+    if !admitted {
+        return sink
+            .error(
+                ErrorCode::Unavailable,
+                "flytod has too many open connections: retry shortly",
+            )
+            .await;
+    }
+    match sink.mode {
+        Mode::Json => json_loop(r, first[0], &mut sink, ctx).await,
+        Mode::Binary => binary_loop(r, first[0], &mut sink, ctx).await,
+    }
+}
+
+async fn binary_loop(
+    mut r: BufReader<tokio::net::unix::OwnedReadHalf>,
+    first: u8,
+    sink: &mut Sink,
+    ctx: &Ctx,
+) -> Result<(), FrameError> {
+    let mut first = Some(first);
+    let mut greeted = false;
+    loop {
+        let bytes = match nonblocking::read_frame_bytes(&mut r, first.take()).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(()),
+            Err(e @ FrameError::TooLarge { .. }) => {
+                return sink.error(ErrorCode::TooLarge, e.to_string()).await;
+            }
+            Err(e @ FrameError::Truncated { .. }) => {
+                return sink.error(ErrorCode::BadRequest, e.to_string()).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let req: Request = match framing::decode(&bytes) {
+            Ok(req) => req,
+            Err(e) => {
+                sink.error(
+                    ErrorCode::BadRequest,
+                    format!("{e}: not a request of flyto protocol {PROTOCOL_VERSION}; is the client up to date?"),
+                )
+                .await?;
+                continue;
+            }
+        };
+        if !greeted {
+            match req {
+                Request::Hello { protocol, .. } if protocol == PROTOCOL_VERSION => {
+                    greeted = true;
+                    sink.send(&Response::Welcome {
+                        protocol: PROTOCOL_VERSION,
+                        daemon_version: DAEMON_VERSION.into(),
+                    })
+                    .await?;
+                }
+                Request::Hello { protocol, .. } => {
+                    return sink
+                        .error(
+                            ErrorCode::ProtocolMismatch,
+                            format!(
+                                "the client speaks protocol {protocol} but flytod {DAEMON_VERSION} speaks protocol {PROTOCOL_VERSION}: install matching versions of flytoctl and flytod"
+                            ),
+                        )
+                        .await;
+                }
+                other => {
+                    return sink
+                        .error(
+                            ErrorCode::BadRequest,
+                            format!(
+                                "the first message must be hello {{protocol, client}}, got {}",
+                                other.op()
+                            ),
+                        )
+                        .await;
+                }
+            }
+            continue;
+        }
+        dispatch(req, sink, ctx).await?;
+    }
+}
+
+async fn json_loop(
+    mut r: BufReader<tokio::net::unix::OwnedReadHalf>,
+    first: u8,
+    sink: &mut Sink,
+    ctx: &Ctx,
+) -> Result<(), FrameError> {
+    let mut line = vec![first];
+    loop {
+        let mut limited = (&mut r).take(MAX_FRAME as u64 + 1);
+        let n = limited.read_until(b'\n', &mut line).await?;
+        if line.len() > MAX_FRAME {
+            return sink
+                .error(
+                    ErrorCode::TooLarge,
+                    format!("request line longer than the maximum of {MAX_FRAME} bytes"),
+                )
+                .await;
+        }
+        if n == 0 && line.is_empty() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim();
+        if !text.is_empty() {
+            match serde_json::from_str::<Request>(text) {
+                Ok(Request::Hello { protocol, .. }) if protocol != PROTOCOL_VERSION => {
+                    return sink
+                        .error(
+                            ErrorCode::ProtocolMismatch,
+                            format!("the client speaks protocol {protocol} but flytod {DAEMON_VERSION} speaks protocol {PROTOCOL_VERSION}"),
+                        )
+                        .await;
+                }
+                Ok(Request::Hello { .. }) => {
+                    sink.send(&Response::Welcome {
+                        protocol: PROTOCOL_VERSION,
+                        daemon_version: DAEMON_VERSION.into(),
+                    })
+                    .await?;
+                }
+                Ok(req) => dispatch(req, sink, ctx).await?,
+                Err(e) => {
+                    sink.error(
+                        ErrorCode::BadRequest,
+                        format!("malformed JSON request: {e}; send one object per line, like {{\"ping\":{{}}}}"),
+                    )
+                    .await?;
+                }
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        line.clear();
+    }
+}
+
+fn scheduler() -> Result<ActorRef<SchedulerMsg>, Reject> {
+    ractor::registry::where_is(SCHEDULER_NAME.into())
+        .map(ActorRef::from)
+        .ok_or_else(|| {
+            Reject::new(
+                ErrorCode::Unavailable,
+                "the scheduler is restarting: retry in a moment",
+            )
+        })
+}
+
+/// Sends a message built around a reply port and waits for the answer.
+async fn ask<T: Send + 'static>(
+    ctx: &Ctx,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> SchedulerMsg,
+) -> Result<T, Reject> {
+    let _permit = ctx.inflight.try_acquire().map_err(|_| {
+        Reject::new(
+            ErrorCode::Unavailable,
+            "flytod is overloaded (too many requests in flight): retry shortly",
+        )
+    })?;
+    match scheduler()?
+        .call(build, Some(Duration::from_secs(120)))
+        .await
+    {
+        Ok(CallResult::Success(answer)) => answer,
+        Ok(CallResult::Timeout) => Err(Reject::new(
+            ErrorCode::Internal,
+            "the scheduler did not answer within 120 s; see the daemon log",
+        )),
+        Ok(CallResult::SenderError) | Err(_) => Err(Reject::new(
+            ErrorCode::Unavailable,
+            "the scheduler stopped while handling the request: retry in a moment",
+        )),
+    }
+}
+
+async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
+    let answer = match req {
+        Request::Hello { .. } => Ok(Response::Welcome {
+            protocol: PROTOCOL_VERSION,
+            daemon_version: DAEMON_VERSION.into(),
+        }),
+        Request::Ping {} => Ok(Response::Pong {
+            daemon_version: DAEMON_VERSION.into(),
+            pid: std::process::id(),
+            uptime_ms: ctx.started.elapsed().as_millis() as u64,
+        }),
+        Request::Stats {} => stats(ctx),
+        Request::SubmitPlan {
+            plan,
+            idempotency_key,
+        } => {
+            if ctx.draining.load(Ordering::SeqCst) {
+                Err(Reject::new(
+                    ErrorCode::Unavailable,
+                    "flytod is shutting down: submit the plan again once it has restarted",
+                ))
+            } else {
+                ask(ctx, |reply| SchedulerMsg::Submit {
+                    plan,
+                    idempotency_key,
+                    reply,
+                })
+                .await
+                .map(|(id, duplicate)| Response::PlanSubmitted { id, duplicate })
+            }
+        }
+        Request::PlanStatus { id } => ctx.reader.status(&id).map(|plan| Response::Plan { plan }),
+        Request::PlanList { state, limit } => ctx
+            .reader
+            .list(state, limit.unwrap_or(50).clamp(1, 10_000) as usize)
+            .map(|plans| Response::Plans { plans }),
+        Request::PlanCancel { id } => {
+            let key = id.clone();
+            ask(ctx, |reply| SchedulerMsg::Cancel { id: key, reply })
+                .await
+                .map(|state| Response::PlanCancelled { id, state })
+        }
+        Request::PlanWatch { id } => return watch(&id, sink, ctx).await,
+    };
+    match answer {
+        Ok(resp) => sink.send(&resp).await,
+        Err(r) => sink.error(r.code, r.message).await,
+    }
+}
+
+fn stats(ctx: &Ctx) -> Result<Response, Reject> {
+    let c = ctx.reader.counts()?;
+    Ok(Response::Stats {
+        stats: DaemonStats {
+            daemon_version: DAEMON_VERSION.into(),
+            pid: std::process::id(),
+            uptime_ms: ctx.started.elapsed().as_millis() as u64,
+            draining: ctx.draining.load(Ordering::SeqCst),
+            plans_pending: c.pending,
+            plans_running: c.running,
+            plans_succeeded: c.succeeded,
+            plans_failed: c.failed,
+            plans_cancelled: c.cancelled,
+            steps_running: c.steps_running,
+            scheduler_restarts: ctx.restarts.load(Ordering::Relaxed),
+            db_bytes: c.db_bytes,
+        },
+    })
+}
+
+/// Snapshot, then one event per published change, then `End` once the plan
+/// is terminal.
+async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
+    let (view, rx) = match ctx.reader.watch(id) {
+        Ok(v) => v,
+        Err(r) => return sink.error(r.code, r.message).await,
+    };
+    let mut last = view.revision;
+    let mut terminal = view.state.is_terminal();
+    sink.send(&Response::Plan { plan: view }).await?;
+    if let Some(mut rx) = rx {
+        while !terminal {
+            let next = if rx.changed().await.is_ok() {
+                rx.borrow_and_update().clone()
+            } else {
+                // The plan left the live set (or the scheduler restarted):
+                // send what is stored and stop.
+                terminal = true;
+                match ctx.reader.status(id) {
+                    Ok(v) => v,
+                    Err(_) => break,
+                }
+            };
+            terminal |= next.state.is_terminal();
+            if next.revision > last {
+                last = next.revision;
+                sink.send(&Response::Event {
+                    seq: next.revision,
+                    event: Event::PlanUpdated { plan: next },
+                })
+                .await?;
+            }
+        }
+    }
+    sink.send(&Response::End {}).await
+}
