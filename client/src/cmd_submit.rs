@@ -131,7 +131,6 @@ pub fn report_outcome(plan: &PlanView) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -106,7 +106,6 @@ fn run(cli: Cli) -> Result<u8> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;

@@ -115,7 +115,6 @@ impl WatchSink for QuietSink {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use flyto_protocol::PlanState;

@@ -155,7 +155,6 @@ pub fn stats(s: &DaemonStats) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use flyto_protocol::StepState;

@@ -72,7 +72,6 @@ pub fn plan_tone(state: PlanState) -> Tone {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -142,7 +142,6 @@ fn reconnect(socket: &Path, deadline: Instant) -> Result<Client> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! Runs the real `flytoctl` binary against a scripted fake daemon that
 //! speaks the binary protocol on a temporary socket.
 
+// Helpers outside #[test] fns are not covered by allow-unwrap-in-tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flyto_protocol::framing::{read_frame, write_frame};

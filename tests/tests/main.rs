@@ -1,1 +1,4 @@
+//! End-to-end tests: one binary, one module per area. They drive the real
+//! binaries; build them first (`cargo build --workspace --bins`).
 
+mod systemd;
