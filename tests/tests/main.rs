@@ -1,4 +1,8 @@
 //! End-to-end tests: one binary, one module per area. They drive the real
 //! binaries; build them first (`cargo build --workspace --bins`).
 
+mod bad_input;
+mod durability;
+mod lifecycle;
+mod plans;
 mod systemd;
