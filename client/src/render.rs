@@ -14,7 +14,7 @@ pub fn plan_view(plan: &PlanView, now_ms: u64, style: Style) -> String {
     let details: Vec<String> = plan
         .steps
         .iter()
-        .map(|s| step_details(s, style))
+        .map(|s| step_details(&plan.id, s, style))
         .filter(|d| !d.is_empty())
         .collect();
     if !details.is_empty() {
@@ -75,7 +75,10 @@ pub fn step_duration(step: &StepView, now_ms: u64) -> Option<u64> {
     Some(step.finished_ms.unwrap_or(now_ms).saturating_sub(start))
 }
 
-fn step_details(step: &StepView, style: Style) -> String {
+/// Lines of each output tail shown under the table.
+pub const TAIL_LINES: usize = 10;
+
+fn step_details(plan_id: &str, step: &StepView, style: Style) -> String {
     let mut out = String::new();
     if let Some(error) = &step.error {
         out.push_str(&format!(
@@ -93,7 +96,21 @@ fn step_details(step: &StepView, style: Style) -> String {
             continue;
         }
         out.push_str(&format!("{} {}:\n", step.id, style.paint(label, tone)));
-        for line in tail.lines() {
+        let lines: Vec<&str> = tail.lines().collect();
+        let hidden = lines.len().saturating_sub(TAIL_LINES);
+        if hidden > 0 {
+            let hint = if step.log_path.is_some() {
+                format!(
+                    "; `flytoctl plan_status {plan_id} --log {}` shows the whole log",
+                    step.id
+                )
+            } else {
+                String::new()
+            };
+            let note = format!("… earlier output not shown{hint}");
+            out.push_str(&format!("    {}\n", style.paint(&note, Tone::Dim)));
+        }
+        for line in lines.iter().skip(hidden) {
             out.push_str("    ");
             out.push_str(line);
             out.push('\n');
@@ -225,6 +242,21 @@ build stderr:
     boom
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn long_tails_show_their_last_lines() {
+        let mut plan = sample();
+        plan.steps.truncate(1);
+        plan.steps[0].stdout_tail = (1..=25).map(|i| format!("line {i}\n")).collect();
+        plan.steps[0].log_path = Some("/logs/p12/fetch.log".into());
+        let text = plan_view(&plan, 200_000, Style::plain());
+        let details = &text[text.find("fetch stdout:").unwrap()..];
+        let mut expected = "fetch stdout:\n    … earlier output not shown; `flytoctl plan_status p12 --log fetch` shows the whole log\n".to_string();
+        for i in 16..=25 {
+            expected.push_str(&format!("    line {i}\n"));
+        }
+        assert_eq!(details, expected);
     }
 
     #[test]

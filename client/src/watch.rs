@@ -102,7 +102,11 @@ fn watch_once(
 /// A transient error ends this watch; any other is the command's error.
 fn dropped(err: ClientError) -> Result<Outcome> {
     if retryable(&err) {
-        Ok(Outcome::Dropped(err.to_string()))
+        let reason = match err {
+            ClientError::Closed => "the daemon closed the connection".to_string(),
+            other => other.to_string(),
+        };
+        Ok(Outcome::Dropped(reason))
     } else {
         Err(err.into())
     }
