@@ -7,6 +7,7 @@
 //! the daemon translates requests into actor messages.
 
 pub mod clock;
+pub mod llm;
 pub mod plans;
 pub mod store;
 pub mod supervisor;

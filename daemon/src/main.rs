@@ -179,12 +179,13 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         "flytod {} ready",
         server::DAEMON_VERSION
     );
-    notify::ready(&format!("serving {}", bound.path.display()));
-    notify::spawn_watchdog(supervisor.clone());
-
+    // Handlers first: a SIGTERM right after READY must drain, not kill.
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sighup = signal(SignalKind::hangup())?;
+    notify::ready(&format!("serving {}", bound.path.display()));
+    notify::spawn_watchdog(supervisor.clone());
+
     let mut supervisor_done = supervisor_done;
     let mut grace = config.daemon.shutdown_grace;
     let failed = loop {

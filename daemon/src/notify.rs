@@ -27,10 +27,9 @@ pub fn stopping() {
 
 /// Pings at half of `WATCHDOG_USEC` while the actors answer.
 pub fn spawn_watchdog(supervisor: ActorRef<SupervisorMsg>) {
-    let mut usec = 0;
-    if !sd_notify::watchdog_enabled(false, &mut usec) || usec == 0 {
+    let Some(usec) = watchdog_usec() else {
         return;
-    }
+    };
     let period = Duration::from_micros(usec / 2);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
@@ -43,6 +42,18 @@ pub fn spawn_watchdog(supervisor: ActorRef<SupervisorMsg>) {
             }
         }
     });
+}
+
+/// As sd_watchdog_enabled(3): `WATCHDOG_USEC` asks for keep-alives, unless
+/// `WATCHDOG_PID` is set and names another process. (The sd-notify crate
+/// wrongly requires `WATCHDOG_PID`.)
+fn watchdog_usec() -> Option<u64> {
+    let usec = std::env::var("WATCHDOG_USEC").ok()?.parse::<u64>().ok()?;
+    let for_us = match std::env::var("WATCHDOG_PID") {
+        Ok(pid) => pid.parse::<u32>().ok() == Some(std::process::id()),
+        Err(_) => true,
+    };
+    (usec > 0 && for_us).then_some(usec)
 }
 
 async fn healthy(supervisor: &ActorRef<SupervisorMsg>, within: Duration) -> bool {

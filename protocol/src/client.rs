@@ -19,7 +19,7 @@ pub enum ClientError {
     },
     #[error(transparent)]
     Frame(#[from] FrameError),
-    #[error("the daemon closed the connection before answering")]
+    #[error("flytod closed the connection (it may have stopped or restarted)")]
     Closed,
     #[error("{message}")]
     Remote { code: ErrorCode, message: String },
@@ -87,6 +87,11 @@ impl Client {
             Response::Error { code, message } => Err(ClientError::Remote { code, message }),
             other => Ok(other),
         }
+    }
+
+    /// Bounds how long `recv` waits; `None` waits forever.
+    pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.stream.set_read_timeout(limit)
     }
 
     pub fn into_stream(self) -> UnixStream {

@@ -1,1 +1,343 @@
-//! (being written)
+//! Durability: what flytod acknowledged survives `kill -9`, and work that
+//! was running when it died is picked up again (at-least-once), within
+//! `max_attempts`, without leaving the killed attempt's processes behind.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_protocol::{Client, PlanSpec, PlanState, Request, Response, StepSpec, StepState};
+use flyto_tests::{DEADLINE, TestEnv, wait_until};
+use std::path::Path;
+
+/// Short graces so cancelling a `sleep 300` step is quick.
+const FAST: &str = "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\n";
+
+/// Pids of live processes started by the flytod of `env` for step `marker`
+/// (`<plan>/<step>`): their environment carries `FLYTO_STEP=<marker>` and
+/// this env's socket as `FLYTO_PLAN_SOCK` (plan ids repeat across the
+/// parallel tests' daemons; sockets do not). Zombies have no environment
+/// left and do not count.
+pub(crate) fn step_processes(env: &TestEnv, marker: &str) -> Vec<i32> {
+    let step = format!("FLYTO_STEP={marker}");
+    let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if process_has(pid, &[&step, &sock]) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// True while process `pid` is alive with every `KEY=value` of `vars` in its
+/// environment (so a reused pid does not count).
+fn process_has(pid: i32, vars: &[&str]) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    vars.iter()
+        .all(|v| environ.split(|b| *b == 0).any(|kv| kv == v.as_bytes()))
+}
+
+/// Waits until no process of step `marker` of `env` is left.
+pub(crate) fn wait_no_step_processes(env: &TestEnv, marker: &str) {
+    wait_until(
+        &format!("the processes of step {marker} to be gone"),
+        DEADLINE,
+        || step_processes(env, marker).is_empty().then_some(()),
+    );
+}
+
+/// Lines in a file a step appends to, one per attempt (0 if missing).
+pub(crate) fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn submit_on(client: &mut Client, plan: PlanSpec, key: Option<&str>) -> (String, bool) {
+    match client
+        .call(&Request::SubmitPlan {
+            plan,
+            idempotency_key: key.map(str::to_string),
+        })
+        .expect("submit")
+    {
+        Response::PlanSubmitted { id, duplicate } => (id, duplicate),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+pub(crate) fn cancel(env: &TestEnv, id: &str) -> PlanState {
+    match env
+        .client()
+        .call(&Request::PlanCancel { id: id.into() })
+        .expect("cancel")
+    {
+        Response::PlanCancelled { state, .. } => state,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// A plan of two steps, `b` after `a`, each echoing something unique to `i`.
+fn two_step_plan(i: usize) -> PlanSpec {
+    PlanSpec {
+        name: Some(format!("plan-{i}")),
+        steps: vec![
+            StepSpec {
+                id: "a".into(),
+                run: Some(format!("echo a{i}")),
+                ..Default::default()
+            },
+            StepSpec {
+                id: "b".into(),
+                run: Some(format!("echo b{i}")),
+                deps: vec!["a".into()],
+                ..Default::default()
+            },
+        ],
+    }
+}
+
+/// Starts a plan that holds the only plan slot (`max_parallel_plans = 1`)
+/// so later plans stay pending; returns its id once it runs.
+fn start_blocker(env: &TestEnv) -> String {
+    let id = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&id, "running", |p| p.state == PlanState::Running);
+    id
+}
+
+#[test]
+fn acknowledged_pending_plans_survive_sigkill_and_run_afterwards() {
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+    let blocker = start_blocker(&env);
+    let mut client = env.client();
+    let ids: Vec<String> = (0..50)
+        .map(|i| submit_on(&mut client, two_step_plan(i), None).0)
+        .collect();
+    drop(client);
+    daemon.kill9();
+
+    let _daemon = env.start();
+    for (i, id) in ids.iter().enumerate() {
+        let plan = env.status(id);
+        assert_eq!(plan.name.as_deref(), Some(format!("plan-{i}").as_str()));
+        assert_eq!(plan.state, PlanState::Pending, "{plan:?}");
+        let steps: Vec<(&str, &str, StepState)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.id.as_str(), s.text.as_str(), s.state))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("a", format!("echo a{i}").as_str(), StepState::Pending),
+                ("b", format!("echo b{i}").as_str(), StepState::Pending),
+            ],
+        );
+        assert_eq!(plan.steps[1].deps, ["a"]);
+    }
+
+    // The blocker was running when flytod died: it is running again.
+    env.wait_plan(&blocker, "running again", |p| {
+        p.state == PlanState::Running && p.steps[0].attempts == 2
+    });
+    assert_eq!(cancel(&env, &blocker), PlanState::Cancelled);
+    for (i, id) in ids.iter().enumerate() {
+        let plan = env.wait_plan(id, "finished", |p| p.state.is_terminal());
+        assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+        assert_eq!(plan.steps[0].stdout_tail, format!("a{i}\n"));
+        assert_eq!(plan.steps[1].stdout_tail, format!("b{i}\n"));
+        assert!(plan.steps.iter().all(|s| s.attempts == 1), "{plan:?}");
+    }
+}
+
+#[test]
+fn every_acknowledged_concurrent_submit_survives_sigkill() {
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 10;
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+    let blocker = start_blocker(&env);
+    let acked: Vec<(usize, String)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let env = &env;
+                s.spawn(move || {
+                    let mut client = env.client();
+                    (0..PER_THREAD)
+                        .map(|k| {
+                            let i = t * PER_THREAD + k;
+                            (i, submit_on(&mut client, two_step_plan(i), None).0)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("submitter thread"))
+            .collect()
+    });
+    daemon.kill9();
+
+    assert_eq!(acked.len(), THREADS * PER_THREAD);
+    let mut unique: Vec<&str> = acked.iter().map(|(_, id)| id.as_str()).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), acked.len(), "plan ids were handed out twice");
+
+    let _daemon = env.start();
+    for (i, id) in &acked {
+        let plan = env.status(id);
+        assert_eq!(plan.name.as_deref(), Some(format!("plan-{i}").as_str()));
+        assert_eq!(plan.state, PlanState::Pending, "{plan:?}");
+        assert_eq!(plan.steps.len(), 2, "{plan:?}");
+        assert_eq!(plan.steps[0].text, format!("echo a{i}"));
+    }
+    assert_eq!(cancel(&env, &blocker), PlanState::Cancelled);
+}
+
+#[test]
+fn a_step_running_during_sigkill_runs_again_and_its_processes_are_killed() {
+    let env = TestEnv::new(FAST);
+    let starts = env.work.join("starts");
+    let go = env.work.join("go");
+    // Each attempt records its start, leaves a background `sleep 300` in its
+    // process group (a process flytod's death does not take along), and
+    // finishes once `go` exists.
+    let command = format!(
+        "sleep 300 & echo started >> {starts}; while [ ! -f {go} ]; do sleep 0.05; done; echo finished",
+        starts = starts.display(),
+        go = go.display(),
+    );
+    let daemon = env.start();
+    let id = env.submit(TestEnv::run_plan(&command));
+    let marker = format!("{id}/main");
+    wait_until("the first attempt to start", DEADLINE, || {
+        (lines(&starts) == 1).then_some(())
+    });
+    let first_attempt = wait_until("the first attempt's processes", DEADLINE, || {
+        let pids = step_processes(&env, &marker);
+        (pids.len() >= 2).then_some(pids)
+    });
+    daemon.kill9();
+
+    let _daemon = env.start();
+    let plan = env.wait_plan(&id, "the step to run again", |p| {
+        p.steps[0].state == StepState::Running && p.steps[0].attempts == 2
+    });
+    let error = plan.steps[0].error.clone().unwrap_or_default();
+    assert!(
+        error.contains("interrupted"),
+        "the re-run step should say why it runs again: {plan:?}"
+    );
+    wait_until(
+        "the killed attempt's processes to be gone",
+        DEADLINE,
+        || {
+            let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+            let step = format!("FLYTO_STEP={marker}");
+            let left: Vec<i32> = first_attempt
+                .iter()
+                .copied()
+                .filter(|&pid| process_has(pid, &[&step, &sock]))
+                .collect();
+            left.is_empty().then_some(())
+        },
+    );
+    wait_until("the second attempt to start", DEADLINE, || {
+        (lines(&starts) == 2).then_some(())
+    });
+
+    std::fs::write(&go, "").expect("write go");
+    let plan = env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+    let step = &plan.steps[0];
+    assert_eq!(step.attempts, 2, "{plan:?}");
+    assert_eq!(step.exit_code, Some(0));
+    assert_eq!(step.stdout_tail, "finished\n");
+    assert_eq!(lines(&starts), 2, "the step ran more than twice");
+    wait_no_step_processes(&env, &marker);
+}
+
+#[test]
+fn a_step_out_of_attempts_fails_after_sigkill() {
+    let env = TestEnv::new(FAST);
+    let starts = env.work.join("starts");
+    let daemon = env.start();
+    let id = env.submit(PlanSpec {
+        name: None,
+        steps: vec![StepSpec {
+            id: "once".into(),
+            run: Some(format!(
+                "echo started >> {}; sleep 300 & wait",
+                starts.display()
+            )),
+            max_attempts: Some(1),
+            ..Default::default()
+        }],
+    });
+    wait_until("the step to start", DEADLINE, || {
+        (lines(&starts) == 1).then_some(())
+    });
+    daemon.kill9();
+
+    let _daemon = env.start();
+    let plan = env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    assert_eq!(plan.state, PlanState::Failed, "{plan:?}");
+    let step = &plan.steps[0];
+    assert_eq!(step.state, StepState::Failed);
+    assert_eq!(step.attempts, 1);
+    let error = step.error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("interrupted") && error.contains("max_attempts"),
+        "{error}"
+    );
+    let reason = plan.reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("once") && reason.contains("interrupted"),
+        "{reason}"
+    );
+    assert_eq!(lines(&starts), 1, "the step ran again past max_attempts");
+    wait_no_step_processes(&env, &format!("{id}/once"));
+}
+
+#[test]
+fn an_idempotency_key_still_matches_after_sigkill() {
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+    let blocker = start_blocker(&env);
+    let (first, duplicate) = submit_on(
+        &mut env.client(),
+        TestEnv::run_plan("echo once"),
+        Some("nightly-42"),
+    );
+    assert!(!duplicate);
+    daemon.kill9();
+
+    let _daemon = env.start();
+    let (again, duplicate) = submit_on(
+        &mut env.client(),
+        TestEnv::run_plan("echo once"),
+        Some("nightly-42"),
+    );
+    assert_eq!(again, first);
+    assert!(duplicate, "the retried submit queued a second plan");
+    // A different key is a different plan.
+    let (other, duplicate) = submit_on(
+        &mut env.client(),
+        TestEnv::run_plan("echo once"),
+        Some("nightly-43"),
+    );
+    assert_ne!(other, first);
+    assert!(!duplicate);
+    assert_eq!(cancel(&env, &blocker), PlanState::Cancelled);
+}

@@ -1,1 +1,911 @@
-//! (being written)
+//! Plans end to end through the real `flytod` and `flytoctl`: submitting
+//! (flags, TOML/JSON files, stdin), following (`--wait`, `--watch`,
+//! `plan_watch`), inspecting (`plan_status`, `plan_list`, logs), cancelling,
+//! parallelism, timeouts, expiry, the step environment, nested plans, and
+//! the JSON-lines mode of the socket.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::flyto_protocol::{
+    self as proto, ClientError, DaemonStats, ErrorCode, Event, PlanSpec, PlanState, PlanSummary,
+    PlanView, Request, Response, StepSpec, StepState,
+};
+use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Short graces so cancels and timeouts do not slow the suite down.
+const FAST: &str = "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\n";
+
+fn fast_with(plans_extra: &str) -> String {
+    format!("{FAST}{plans_extra}")
+}
+
+/// flytoctl against `env`, left running (for `--wait` / `--watch`).
+fn spawn_ctl(env: &TestEnv, args: &[&str]) -> Child {
+    Command::new(bin("flytoctl"))
+        .args(args)
+        .env_remove("FLYTO_PLAN_SOCK")
+        .env_remove("NOTIFY_SOCKET")
+        .envs(env.vars())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flytoctl")
+}
+
+/// Waits for a spawned flytoctl to exit: (code, stdout, stderr).
+fn finish_ctl(mut child: Child, limit: Duration) -> (i32, String, String) {
+    wait_until("flytoctl to exit", limit, || {
+        child.try_wait().ok().flatten()
+    });
+    let out = child.wait_with_output().expect("flytoctl output");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Pids of live processes started for step `plan/step` by the daemon of
+/// `env` (found by the `FLYTO_STEP` marker and this env's socket, so
+/// parallel tests with the same plan ids do not see each other's).
+fn step_processes(env: &TestEnv, plan: &str, step: &str) -> Vec<i32> {
+    let marker = format!("FLYTO_STEP={plan}/{step}");
+    let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        if vars.contains(&marker.as_bytes()) && vars.contains(&sock.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn list(env: &TestEnv, state: Option<PlanState>) -> Vec<PlanSummary> {
+    match env
+        .client()
+        .call(&Request::PlanList { state, limit: None })
+        .expect("plan_list")
+    {
+        Response::Plans { plans } => plans,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn step<'a>(plan: &'a PlanView, id: &str) -> &'a proto::StepView {
+    plan.steps
+        .iter()
+        .find(|s| s.id == id)
+        .unwrap_or_else(|| panic!("plan {} has no step {id}: {plan:?}", plan.id))
+}
+
+fn is_state(state: PlanState) -> impl Fn(&PlanView) -> bool {
+    move |p| p.state == state
+}
+
+fn step_running(id: &'static str) -> impl Fn(&PlanView) -> bool {
+    move |p| {
+        p.steps
+            .iter()
+            .any(|s| s.id == id && s.state == StepState::Running)
+    }
+}
+
+fn run_step(id: &str, command: &str, deps: &[&str]) -> StepSpec {
+    StepSpec {
+        id: id.into(),
+        run: Some(command.into()),
+        deps: deps.iter().map(|d| d.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// A shell command that waits (with a deadline of its own) for `file`.
+fn wait_for_file(file: &Path) -> String {
+    format!(
+        "for i in $(seq 1 600); do [ -e '{}' ] && exit 0; sleep 0.05; done; exit 9",
+        file.display()
+    )
+}
+
+#[test]
+fn submit_wait_prints_the_output_and_exits_with_the_outcome() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+
+    let ok = env.ctl(&["submit_plan", "--run", "echo hello", "--wait"]);
+    assert_eq!(ok.code, 0, "stderr: {}", ok.stderr);
+    assert_eq!(ok.stdout, "hello\n", "stderr: {}", ok.stderr);
+
+    let bad = env.ctl(&[
+        "submit_plan",
+        "--run",
+        "echo about to fail; echo oops >&2; exit 3",
+        "--wait",
+    ]);
+    assert_eq!(bad.code, 1, "stdout: {} stderr: {}", bad.stdout, bad.stderr);
+    assert_eq!(bad.stdout, "about to fail\n");
+    assert!(bad.stderr.contains("oops"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("failed"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("step `main` failed: exit code 3"),
+        "stderr should name the failed step: {}",
+        bad.stderr
+    );
+}
+
+#[test]
+fn a_cancelled_plan_ends_wait_with_exit_5_and_kills_the_step() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+
+    let waiter = spawn_ctl(&env, &["submit_plan", "--run", "sleep 30", "--wait"]);
+    let id = wait_until("the plan to be submitted", DEADLINE, || {
+        list(&env, None).first().map(|p| p.id.clone())
+    });
+    env.wait_plan(&id, "step running", step_running("main"));
+    wait_until("the step's sleep process", DEADLINE, || {
+        (!step_processes(&env, &id, "main").is_empty()).then_some(())
+    });
+
+    let cancel = env.ctl(&["plan_cancel", &id]);
+    assert_eq!(cancel.code, 0, "{}", cancel.stderr);
+
+    let (code, stdout, stderr) = finish_ctl(waiter, DEADLINE);
+    assert_eq!(code, 5, "stdout: {stdout} stderr: {stderr}");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+    assert_eq!(env.status(&id).state, PlanState::Cancelled);
+    wait_until("no process of the cancelled step", DEADLINE, || {
+        step_processes(&env, &id, "main").is_empty().then_some(())
+    });
+}
+
+const DAG_TOML: &str = r#"
+name = "dag-toml"
+
+[[steps]]
+id = "a"
+run = "echo a-out"
+
+[[steps]]
+id = "b"
+run = "echo b-out; seq 1 2000"
+deps = ["a"]
+
+[[steps]]
+id = "c"
+run = "echo c-out"
+deps = ["a", "b"]
+"#;
+
+const DAG_JSON: &str = r#"{
+  "name": "dag-json",
+  "steps": [
+    {"id": "a", "run": "echo a-out"},
+    {"id": "b", "run": "echo b-out; seq 1 2000", "deps": ["a"]},
+    {"id": "c", "run": "echo c-out", "deps": ["a", "b"]}
+  ]
+}"#;
+
+fn submitted_id(out: &flyto_tests::CtlOutput) -> String {
+    assert_eq!(out.code, 0, "stdout: {} stderr: {}", out.stdout, out.stderr);
+    let id = out.stdout.trim().to_string();
+    assert!(
+        id.starts_with('p') && id[1..].parse::<u64>().is_ok() && out.stdout == format!("{id}\n"),
+        "submit_plan should print only the plan id, got {:?}",
+        out.stdout
+    );
+    id
+}
+
+fn check_dag(env: &TestEnv, id: &str, name: &str) {
+    let plan = env.wait_plan(id, "succeeded", |p| p.state.is_terminal());
+    assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+    assert_eq!(plan.name.as_deref(), Some(name));
+    let (a, b, c) = (step(&plan, "a"), step(&plan, "b"), step(&plan, "c"));
+    for s in [a, b, c] {
+        assert_eq!(s.state, StepState::Succeeded, "{s:?}");
+        assert_eq!(s.attempts, 1);
+    }
+    assert_eq!(c.deps, ["a", "b"]);
+    // Dependencies ran first.
+    assert!(b.started_ms >= a.finished_ms, "{plan:?}");
+    assert!(c.started_ms >= b.finished_ms, "{plan:?}");
+    assert_eq!(a.stdout_tail, "a-out\n");
+    assert_eq!(c.stdout_tail, "c-out\n");
+}
+
+#[test]
+fn plans_from_toml_json_and_stdin_then_status_log_and_list() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let toml_path = env.work.join("plan.toml");
+    std::fs::write(&toml_path, DAG_TOML).expect("write plan");
+    let json_path = env.work.join("plan.json");
+    std::fs::write(&json_path, DAG_JSON).expect("write plan");
+
+    let from_toml = submitted_id(&env.ctl(&["submit_plan", toml_path.to_str().expect("utf8")]));
+    check_dag(&env, &from_toml, "dag-toml");
+    let from_json = submitted_id(&env.ctl(&["submit_plan", json_path.to_str().expect("utf8")]));
+    check_dag(&env, &from_json, "dag-json");
+    let stdin_plan = DAG_TOML.replace("dag-toml", "dag-stdin");
+    let from_stdin = submitted_id(&env.ctl_with(&["submit_plan", "-"], &[], Some(&stdin_plan)));
+    check_dag(&env, &from_stdin, "dag-stdin");
+
+    // The table: every step with its state and its output tail.
+    let text = env.ctl(&["plan_status", &from_toml]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let out = &text.stdout;
+    assert!(
+        out.starts_with(&format!("plan {from_toml} \"dag-toml\" succeeded")),
+        "{out}"
+    );
+    for id in ["a", "b", "c"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{id} ")) && l.contains("succeeded")),
+            "no row for step {id} in:\n{out}"
+        );
+    }
+    assert!(out.contains("a stdout:\n    a-out\n"), "{out}");
+    assert!(out.contains("c stdout:\n    c-out\n"), "{out}");
+    assert!(out.contains("    2000\n"), "{out}");
+
+    // --json is a PlanView.
+    let json = env.ctl(&["plan_status", &from_json, "--json"]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let view: PlanView = serde_json::from_str(&json.stdout).expect("plan_status --json");
+    assert_eq!(view.id, from_json);
+    assert_eq!(view.state, PlanState::Succeeded);
+    assert_eq!(view.steps.len(), 3);
+
+    // --log is the full output, where the tail is only its end.
+    let mut full = String::from("b-out\n");
+    for i in 1..=2000 {
+        full.push_str(&format!("{i}\n"));
+    }
+    let log = env.ctl(&["plan_status", &from_stdin, "--log", "b"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert_eq!(log.stdout, full);
+    let b_tail = step(&env.status(&from_stdin), "b").stdout_tail.clone();
+    assert!(b_tail.len() < full.len() && full.ends_with(b_tail.as_str()));
+
+    // A failed plan, then the list: newest first, filterable.
+    let failed = submitted_id(&env.ctl(&["submit_plan", "--run", "exit 3"]));
+    env.wait_plan(&failed, "failed", is_state(PlanState::Failed));
+    let listed = env.ctl(&["plan_list"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let ids: Vec<&str> = listed
+        .stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            failed.as_str(),
+            from_stdin.as_str(),
+            from_json.as_str(),
+            from_toml.as_str()
+        ],
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed
+            .stdout
+            .lines()
+            .nth(1)
+            .expect("row")
+            .contains("failed")
+    );
+
+    let only_failed = env.ctl(&["plan_list", "--state", "failed"]);
+    assert_eq!(only_failed.code, 0, "{}", only_failed.stderr);
+    let rows: Vec<&str> = only_failed.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{}", only_failed.stdout);
+    assert!(rows[0].starts_with(&format!("{failed} ")), "{rows:?}");
+
+    let as_json = env.ctl(&["plan_list", "--json"]);
+    assert_eq!(as_json.code, 0, "{}", as_json.stderr);
+    let plans: Vec<PlanSummary> = serde_json::from_str(&as_json.stdout).expect("plan_list --json");
+    let json_ids: Vec<&str> = plans.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(json_ids, ids);
+    assert_eq!(plans[0].state, PlanState::Failed);
+    assert!(
+        plans[1..]
+            .iter()
+            .all(|p| p.state == PlanState::Succeeded && p.steps_total == 3 && p.steps_done == 3)
+    );
+    let failed_json = env.ctl(&["plan_list", "--state", "failed", "--json"]);
+    let plans: Vec<PlanSummary> = serde_json::from_str(&failed_json.stdout).expect("json");
+    assert_eq!(plans.len(), 1);
+    assert_eq!(plans[0].id, failed);
+}
+
+/// Lines of a child's stdout, delivered over a channel so reads have a
+/// deadline.
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn status_watch_follows_a_plan_to_the_end_in_plain_lines() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let go = env.work.join("go");
+    let id = env.submit(PlanSpec {
+        name: None,
+        steps: vec![
+            run_step("a", &wait_for_file(&go), &[]),
+            run_step("b", "echo b done", &["a"]),
+        ],
+    });
+
+    let mut watcher = spawn_ctl(&env, &["plan_status", &id, "--watch"]);
+    let lines = stdout_lines(&mut watcher);
+    // The snapshot arrives while the plan still waits for us.
+    let first = lines.recv_timeout(DEADLINE).expect("a first line");
+    assert!(
+        ["a pending", "a running"].contains(&first.as_str()),
+        "{first}"
+    );
+    assert!(!env.status(&id).state.is_terminal());
+    std::fs::write(&go, "").expect("go");
+
+    let mut seen = vec![first];
+    let deadline = Instant::now() + DEADLINE;
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        seen.push(line);
+    }
+    let (code, _, stderr) = finish_ctl(watcher, DEADLINE);
+    assert_eq!(code, 0, "lines: {seen:?} stderr: {stderr}");
+    for want in ["a succeeded", "b succeeded"] {
+        assert!(
+            seen.iter().any(|l| l == want),
+            "{want} missing from {seen:?}"
+        );
+    }
+    assert_eq!(seen.last().map(String::as_str), Some("b succeeded"));
+    assert!(
+        seen.iter().all(|l| !l.contains('\u{1b}')),
+        "plain lines expected: {seen:?}"
+    );
+
+    // A failed plan: --watch exits 1 and says why.
+    let failed = env.submit(TestEnv::run_plan("exit 7"));
+    env.wait_plan(&failed, "failed", is_state(PlanState::Failed));
+    let out = env.ctl(&["plan_status", &failed, "--watch"]);
+    assert_eq!(out.code, 1, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stdout, "main failed\n");
+    assert!(out.stderr.contains("exit code 7"), "{}", out.stderr);
+}
+
+#[test]
+fn plan_watch_sends_a_snapshot_then_ordered_events_then_end() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let go = env.work.join("go");
+    let id = env.submit(PlanSpec {
+        name: None,
+        steps: vec![
+            run_step("a", &wait_for_file(&go), &[]),
+            run_step("b", "echo b", &["a"]),
+        ],
+    });
+
+    let mut client = env.client();
+    client
+        .send(&Request::PlanWatch { id: id.clone() })
+        .expect("send plan_watch");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        loop {
+            let resp = client.recv();
+            let end = !matches!(resp, Ok(Response::Plan { .. } | Response::Event { .. }));
+            if tx.send(resp).is_err() || end {
+                return;
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(DEADLINE)
+            .expect("a watch message within the deadline")
+            .expect("a watch message")
+    };
+
+    let snapshot = match next() {
+        Response::Plan { plan } => plan,
+        other => panic!("the first message should be the snapshot, got {other:?}"),
+    };
+    assert_eq!(snapshot.id, id);
+    assert!(!snapshot.state.is_terminal(), "{snapshot:?}");
+    std::fs::write(&go, "").expect("go");
+
+    let mut last_seq = snapshot.revision;
+    let mut last_plan = None;
+    loop {
+        match next() {
+            Response::Event {
+                seq,
+                event: Event::PlanUpdated { plan },
+            } => {
+                assert!(seq > last_seq, "seq {seq} after {last_seq}");
+                assert_eq!(seq, plan.revision);
+                assert!(
+                    last_plan
+                        .as_ref()
+                        .is_none_or(|p: &PlanView| !p.state.is_terminal()),
+                    "an event after the terminal one"
+                );
+                last_seq = seq;
+                last_plan = Some(plan);
+            }
+            Response::End {} => break,
+            other => panic!("unexpected watch message {other:?}"),
+        }
+    }
+    let last = last_plan.expect("at least one event");
+    assert_eq!(last.state, PlanState::Succeeded, "{last:?}");
+    assert!(last.steps.iter().all(|s| s.state == StepState::Succeeded));
+
+    // Watching a finished plan: the snapshot, then End at once.
+    let mut client = env.client();
+    client
+        .send(&Request::PlanWatch { id: id.clone() })
+        .expect("send");
+    assert!(
+        matches!(client.recv().expect("snapshot"), Response::Plan { plan } if plan.state == PlanState::Succeeded)
+    );
+    assert_eq!(client.recv().expect("end"), Response::End {});
+}
+
+/// A raw JSON-lines connection: no handshake.
+struct JsonConn {
+    write: UnixStream,
+    read: BufReader<UnixStream>,
+}
+
+impl JsonConn {
+    fn open(env: &TestEnv) -> JsonConn {
+        let s = UnixStream::connect(&env.sock).expect("connect");
+        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        JsonConn {
+            write: s.try_clone().expect("clone"),
+            read: BufReader::new(s),
+        }
+    }
+
+    fn send(&mut self, text: &str) {
+        self.write.write_all(text.as_bytes()).expect("write");
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.read.read_line(&mut line).expect("read a line");
+        assert!(line.ends_with('\n'), "one JSON object per line: {line:?}");
+        line
+    }
+
+    fn response(&mut self) -> Response {
+        let line = self.line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+#[test]
+fn json_lines_mode_answers_without_a_handshake() {
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+    let mut conn = JsonConn::open(&env);
+
+    conn.send("{\"ping\":{}}\n");
+    let pong: serde_json::Value = serde_json::from_str(&conn.line()).expect("json");
+    assert_eq!(
+        pong["pong"]["pid"].as_u64(),
+        Some(daemon.pid() as u64),
+        "{pong}"
+    );
+
+    conn.send(r#"{"submit_plan":{"plan":{"name":"via-json","steps":[{"id":"a","run":"echo json-mode"}]}}}"#);
+    conn.send("\n");
+    let id = match conn.response() {
+        Response::PlanSubmitted {
+            id,
+            duplicate: false,
+        } => id,
+        other => panic!("unexpected {other:?}"),
+    };
+    let done = wait_until("the JSON-submitted plan to finish", DEADLINE, || {
+        conn.send(&format!("{{\"plan_status\":{{\"id\":\"{id}\"}}}}\n"));
+        match conn.response() {
+            Response::Plan { plan } => plan.state.is_terminal().then_some(plan),
+            other => panic!("unexpected {other:?}"),
+        }
+    });
+    assert_eq!(done.state, PlanState::Succeeded);
+    assert_eq!(done.name.as_deref(), Some("via-json"));
+    assert_eq!(done.steps[0].stdout_tail, "json-mode\n");
+
+    // Several requests in one write: answered in order on the same line
+    // stream.
+    conn.send(
+        "{\"ping\":{}}\n{\"stats\":{}}\n{\"plan_list\":{\"state\":\"succeeded\",\"limit\":5}}\n",
+    );
+    assert!(matches!(conn.response(), Response::Pong { .. }));
+    match conn.response() {
+        Response::Stats { stats } => assert_eq!(stats.plans_succeeded, 1),
+        other => panic!("unexpected {other:?}"),
+    }
+    match conn.response() {
+        Response::Plans { plans } => {
+            assert_eq!(plans.len(), 1);
+            assert_eq!(plans[0].id, id);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn an_idempotency_key_submits_once() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let args = [
+        "submit_plan",
+        "--run",
+        "echo once",
+        "--idempotency-key",
+        "deploy-42",
+    ];
+    let first = submitted_id(&env.ctl(&args));
+    let again = env.ctl(&args);
+    assert_eq!(submitted_id(&again), first);
+    assert!(again.stderr.contains("idempotency key"), "{}", again.stderr);
+    let listed = env.ctl(&["plan_list", "--json"]);
+    let plans: Vec<PlanSummary> = serde_json::from_str(&listed.stdout).expect("json");
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    assert_eq!(plans[0].id, first);
+
+    // Another key is another plan.
+    let other = submitted_id(&env.ctl(&[
+        "submit_plan",
+        "--run",
+        "echo once",
+        "--idempotency-key",
+        "deploy-43",
+    ]));
+    assert_ne!(other, first);
+    assert_eq!(list(&env, None).len(), 2);
+}
+
+#[test]
+fn cancelling_a_pending_plan_is_immediate_and_leaves_the_running_one() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let running = env.submit(TestEnv::run_plan("sleep 30"));
+    env.wait_plan(&running, "step running", step_running("main"));
+    let queued = env.submit(TestEnv::run_plan("echo never"));
+    assert_eq!(env.status(&queued).state, PlanState::Pending);
+
+    let out = env.ctl(&["plan_cancel", &queued]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("cancelled {queued}\n"));
+    let view = env.status(&queued);
+    assert_eq!(view.state, PlanState::Cancelled);
+    assert_eq!(view.steps[0].state, StepState::Cancelled);
+    assert_eq!(view.steps[0].attempts, 0, "the step never started");
+    let first = env.status(&running);
+    assert_eq!(first.state, PlanState::Running);
+    assert_eq!(first.steps[0].state, StepState::Running);
+
+    let out = env.ctl(&["plan_cancel", &running]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let view = env.wait_plan(&running, "cancelled", is_state(PlanState::Cancelled));
+    assert_eq!(view.steps[0].state, StepState::Cancelled);
+    wait_until("no process of the cancelled step", DEADLINE, || {
+        step_processes(&env, &running, "main")
+            .is_empty()
+            .then_some(())
+    });
+    // Cancelling a finished plan says so and changes nothing.
+    let out = env.ctl(&["plan_cancel", &queued]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("cancelled"), "{}", out.stdout);
+}
+
+#[test]
+fn max_parallel_plans_runs_two_plans_at_once() {
+    let env = TestEnv::new(&fast_with("max_parallel_plans = 2\n"));
+    let _daemon = env.start();
+    let go = env.work.join("go");
+    let mut ids = Vec::new();
+    for name in ["one", "two"] {
+        let marker = env.work.join(format!("{name}.started"));
+        ids.push(env.submit(TestEnv::run_plan(&format!(
+            "touch '{}'; {}",
+            marker.display(),
+            wait_for_file(&go)
+        ))));
+    }
+    // Both steps are running at the same time: each has started and is
+    // blocked on `go`, which only the test creates.
+    wait_until("both plans running", DEADLINE, || {
+        let both = ids.iter().all(|id| {
+            let v = env.status(id);
+            v.state == PlanState::Running && v.steps[0].state == StepState::Running
+        });
+        let markers = ["one", "two"]
+            .iter()
+            .all(|n| env.work.join(format!("{n}.started")).exists());
+        (both && markers).then_some(())
+    });
+    let stats = match env.client().call(&Request::Stats {}).expect("stats") {
+        Response::Stats { stats } => stats,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(stats.plans_running, 2, "{stats:?}");
+    assert_eq!(stats.steps_running, 2, "{stats:?}");
+
+    std::fs::write(&go, "").expect("go");
+    for id in &ids {
+        let v = env.wait_plan(id, "finished", |p| p.state.is_terminal());
+        assert_eq!(v.state, PlanState::Succeeded, "{v:?}");
+    }
+}
+
+#[test]
+fn an_agent_step_fails_without_a_model() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let out = env.ctl(&["submit_plan", "--prompt", "hi", "--wait"]);
+    assert_eq!(out.code, 1, "{} {}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("no model configured"), "{}", out.stderr);
+    let plans = list(&env, None);
+    let view = env.status(&plans[0].id);
+    assert_eq!(view.state, PlanState::Failed);
+    assert_eq!(view.steps[0].kind, "agent");
+    assert_eq!(view.steps[0].state, StepState::Failed);
+    let error = view.steps[0].error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("no model configured"), "{error}");
+}
+
+#[test]
+fn a_step_timeout_fails_the_step_with_exit_code_124() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let started = Instant::now();
+    let id = env.submit(PlanSpec {
+        name: None,
+        steps: vec![StepSpec {
+            timeout_secs: Some(1),
+            ..run_step("slow", "sleep 30", &[])
+        }],
+    });
+    let view = env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(view.state, PlanState::Failed);
+    let s = step(&view, "slow");
+    assert_eq!(s.state, StepState::Failed);
+    assert_eq!(s.exit_code, Some(124));
+    let error = s.error.as_deref().unwrap_or_default();
+    assert!(error.contains("timed out"), "{error}");
+    wait_until("no process of the timed-out step", DEADLINE, || {
+        step_processes(&env, &id, "slow").is_empty().then_some(())
+    });
+}
+
+#[test]
+fn finished_plans_and_their_logs_expire_after_the_ttl() {
+    let env = TestEnv::new(&fast_with("plan_ttl = \"1s\"\n"));
+    let _daemon = env.start();
+    let id = env.submit(TestEnv::run_plan("echo short-lived"));
+    let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
+    let log_dir = env.state.join("logs").join(&id);
+    let log_path = view.steps[0].log_path.clone().expect("a log path");
+    assert!(
+        Path::new(&log_path).starts_with(&log_dir),
+        "{log_path} should be under {}",
+        log_dir.display()
+    );
+
+    let gone = wait_until("the plan to expire", DEADLINE, || {
+        let out = env.ctl(&["plan_status", &id]);
+        (out.code != 0).then_some(out)
+    });
+    assert_eq!(gone.code, 4, "{}", gone.stderr);
+    assert!(gone.stderr.contains("NotFound"), "{}", gone.stderr);
+    assert!(gone.stderr.contains(&id), "{}", gone.stderr);
+    match env.client().call(&Request::PlanStatus { id: id.clone() }) {
+        Err(ClientError::Remote {
+            code: ErrorCode::NotFound,
+            ..
+        }) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    wait_until("the plan's log directory to be removed", DEADLINE, || {
+        (!log_dir.exists()).then_some(())
+    });
+    assert!(list(&env, None).is_empty());
+}
+
+#[test]
+fn steps_get_the_flyto_variables_but_not_the_daemons_secrets() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env
+        .try_start(&[("MY_API_KEY", "sk-secret-123")])
+        .unwrap_or_else(|log| panic!("flytod did not start:\n{log}"));
+    let id = env.submit(TestEnv::run_plan("env"));
+    env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
+    let out = env.ctl(&["plan_status", &id, "--log", "main"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let vars = out.stdout;
+    assert!(
+        vars.contains(&format!("FLYTO_PLAN_SOCK={}\n", env.sock.display())),
+        "{vars}"
+    );
+    assert!(vars.contains(&format!("FLYTO_CHAIN={id}\n")), "{vars}");
+    assert!(vars.contains(&format!("FLYTO_STEP={id}/main\n")), "{vars}");
+    assert!(vars.contains("PATH="), "{vars}");
+    assert!(
+        !vars.contains("sk-secret-123"),
+        "the secret leaked:\n{vars}"
+    );
+    assert!(!vars.contains("MY_API_KEY"), "{vars}");
+}
+
+#[test]
+fn a_step_can_submit_a_plan_through_flyto_plan_sock() {
+    let env = TestEnv::new(&fast_with("max_parallel_plans = 2\n"));
+    let _daemon = env.start();
+    // FLYTO_SOCK is removed so only FLYTO_PLAN_SOCK can lead to the daemon.
+    let command = format!(
+        "env -u FLYTO_SOCK '{}' submit_plan --run 'echo nested' --wait",
+        bin("flytoctl").display()
+    );
+    let outer = env.submit(TestEnv::run_plan(&command));
+    let view = env.wait_plan(&outer, "finished", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Succeeded, "{view:?}");
+    assert_eq!(view.steps[0].stdout_tail, "nested\n");
+
+    let plans = list(&env, None);
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    let nested = plans
+        .iter()
+        .find(|p| p.id != outer)
+        .expect("the nested plan");
+    assert_eq!(nested.state, PlanState::Succeeded);
+    let nested = env.status(&nested.id);
+    assert_eq!(nested.steps[0].stdout_tail, "nested\n");
+    assert!(nested.created_ms >= view.steps[0].started_ms.unwrap_or(0));
+}
+
+#[test]
+fn ping_and_stats_describe_the_daemon() {
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+
+    let ping = env.ctl(&["ping"]);
+    assert_eq!(ping.code, 0, "{}", ping.stderr);
+    assert!(
+        ping.stdout.starts_with(&format!(
+            "flytod {} pid {} up ",
+            env!("CARGO_PKG_VERSION"),
+            daemon.pid()
+        )),
+        "{}",
+        ping.stdout
+    );
+
+    for cmd in ["true", "echo two"] {
+        let id = env.submit(TestEnv::run_plan(cmd));
+        env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
+    }
+    let failed = env.submit(TestEnv::run_plan("exit 1"));
+    env.wait_plan(&failed, "failed", is_state(PlanState::Failed));
+    let running = env.submit(TestEnv::run_plan("sleep 30"));
+    env.wait_plan(&running, "running", step_running("main"));
+    let pending = env.submit(TestEnv::run_plan("true"));
+
+    let json = env.ctl(&["stats", "--json"]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let stats: DaemonStats = serde_json::from_str(&json.stdout).expect("stats --json");
+    assert_eq!(stats.pid, daemon.pid() as u32);
+    assert!(!stats.draining);
+    assert_eq!(
+        (
+            stats.plans_pending,
+            stats.plans_running,
+            stats.plans_succeeded,
+            stats.plans_failed,
+            stats.plans_cancelled,
+            stats.steps_running
+        ),
+        (1, 1, 2, 1, 0, 1),
+        "{stats:?}"
+    );
+
+    let out = env.ctl(&["plan_cancel", &pending]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = env.ctl(&["plan_cancel", &running]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    env.wait_plan(&running, "cancelled", is_state(PlanState::Cancelled));
+
+    let text = env.ctl(&["stats"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let value = |key: &str| {
+        text.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {key} in:\n{}", text.stdout))
+            .to_string()
+    };
+    assert_eq!(value("pid"), daemon.pid().to_string());
+    assert_eq!(value("plans pending"), "0");
+    assert_eq!(value("plans running"), "0");
+    assert_eq!(value("plans succeeded"), "2");
+    assert_eq!(value("plans failed"), "1");
+    assert_eq!(value("plans cancelled"), "2");
+    assert_eq!(value("steps running"), "0");
+}
+
+#[test]
+fn flytoctl_without_a_daemon_exits_3_and_says_how_to_start_it() {
+    let env = TestEnv::new(FAST);
+    for args in [
+        &["ping"][..],
+        &["submit_plan", "--run", "true", "--wait"],
+        &["plan_status", "p1"],
+    ] {
+        let out = env.ctl(args);
+        assert_eq!(out.code, 3, "{args:?}: {} {}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("flytod is not running"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("start it with"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&env.sock.display().to_string()),
+            "the message should name the socket: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
+}

@@ -12,7 +12,7 @@ use crate::tools::env::child_env;
 use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
 use flyto_protocol::{ErrorCode, PlanSpec, PlanState, PlanView, StepState};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -64,6 +64,10 @@ pub struct SchedulerState {
     clock: Arc<dyn Clock>,
     next_id: u64,
     active: BTreeMap<u64, ActivePlan>,
+    /// Ids of the active plans that may be running: every plan in state
+    /// `Running` is here (`pump` drops the others lazily), so that a long
+    /// queue of pending plans costs nothing per message.
+    started: BTreeSet<u64>,
     drain: Option<Vec<RpcReplyPort<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
 }
@@ -93,6 +97,7 @@ impl Actor for SchedulerActor {
             config: args.config,
             clock: args.clock,
             active: BTreeMap::new(),
+            started: BTreeSet::new(),
             drain: None,
             sweeper: None,
         };
@@ -245,6 +250,9 @@ impl SchedulerState {
         } else {
             self.reader.store.after_sync(Box::new(move |_| insert()));
         }
+        if rec.state == PlanState::Running {
+            self.started.insert(id);
+        }
         self.active.insert(
             id,
             ActivePlan {
@@ -328,9 +336,11 @@ impl SchedulerState {
                 .iter_mut()
                 .filter(|s| s.state == StepState::Running)
             {
-                if let Some(pgid) = s.pgid.take() {
-                    process::kill_orphaned_group(pgid, &step_marker(rec.id, &s.id));
-                }
+                process::kill_orphaned_group(
+                    s.pgid.take(),
+                    &step_marker(rec.id, &s.id),
+                    &self.config.plan_socket,
+                );
                 changed = true;
                 if s.attempts >= s.max_attempts {
                     s.state = StepState::Failed;
@@ -361,33 +371,60 @@ impl SchedulerState {
         Ok(())
     }
 
+    /// Steps run only in running plans.
     fn running_steps(&self) -> usize {
-        self.active.values().map(|p| p.running.len()).sum()
+        self.started
+            .iter()
+            .filter_map(|id| self.active.get(id))
+            .map(|p| p.running.len())
+            .sum()
     }
 
     /// Starts whatever may start now. Called after every change.
+    /// While draining nothing new starts, but plans whose steps have all
+    /// ended (or that were cancelled) are still settled.
     fn pump(&mut self, myself: &ActorRef<SchedulerMsg>) -> Result<(), ActorProcessingErr> {
-        if self.drain.is_some() {
-            return Ok(());
-        }
+        let draining = self.drain.is_some();
         let now = self.now();
-        let mut running_plans = self
-            .active
-            .values()
-            .filter(|p| p.rec.state == PlanState::Running)
-            .count();
-        let ids: Vec<u64> = self.active.keys().copied().collect();
-        for id in ids {
+        let active = &self.active;
+        self.started.retain(|id| {
+            active
+                .get(id)
+                .is_some_and(|p| p.rec.state == PlanState::Running)
+        });
+        let mut running_plans = self.started.len();
+        let max_plans = self.config.max_parallel_plans.max(1);
+        // Running plans first, then pending ones, oldest first, only while
+        // a slot is free: the work per message does not grow with the queue.
+        let mut ids: Vec<u64> = self.started.iter().rev().copied().collect();
+        let mut next_pending = 0;
+        loop {
+            let id = match ids.pop() {
+                Some(id) => id,
+                None if !draining && running_plans < max_plans => match self
+                    .active
+                    .range(next_pending..)
+                    .find(|(_, p)| p.rec.state == PlanState::Pending)
+                {
+                    Some((&id, _)) => {
+                        next_pending = id + 1;
+                        id
+                    }
+                    None => break,
+                },
+                None => break,
+            };
             let Some(ap) = self.active.get_mut(&id) else {
                 continue;
             };
             let mut changed = false;
             if ap.rec.state == PlanState::Pending {
-                if running_plans >= self.config.max_parallel_plans.max(1) {
+                if draining || running_plans >= self.config.max_parallel_plans.max(1) {
                     continue;
                 }
                 ap.rec.state = PlanState::Running;
                 ap.rec.started_ms.get_or_insert(now);
+                self.started.insert(id);
                 running_plans += 1;
                 changed = true;
             }
@@ -399,15 +436,16 @@ impl SchedulerState {
                 .max_parallel_steps
                 .max(1)
                 .saturating_sub(ap.running.len());
-            let (skipped, ready) = if ap.cancelling {
+            let (skipped, ready) = if ap.cancelling || draining {
                 (false, Vec::new())
             } else {
                 dag::advance(&mut ap.rec, slots, now)
             };
             changed |= skipped;
+            let mut launches = Vec::new();
             for i in ready {
                 changed = true;
-                self.start_step(id, i, myself);
+                launches.extend(self.start_step(id, i, myself));
             }
             let Some(ap) = self.active.get_mut(&id) else {
                 continue;
@@ -424,6 +462,10 @@ impl SchedulerState {
             if changed {
                 self.persist(id)?;
             }
+            // Runs start once their `running` record is durable.
+            for launch in launches {
+                self.reader.store.after_sync(launch);
+            }
         }
         self.reader
             .steps_running
@@ -431,13 +473,19 @@ impl SchedulerState {
         Ok(())
     }
 
-    fn start_step(&mut self, plan: u64, i: usize, myself: &ActorRef<SchedulerMsg>) {
+    /// Marks step `i` started and returns what launches its run, which the
+    /// caller registers with `after_sync` once the record saying so is
+    /// written: a crash must never leave a run the record does not count.
+    fn start_step(
+        &mut self,
+        plan: u64,
+        i: usize,
+        myself: &ActorRef<SchedulerMsg>,
+    ) -> Option<AfterSync> {
         let now = self.now();
         let config = &self.config;
         let log_dir = self.reader.log_dir.clone();
-        let Some(ap) = self.active.get_mut(&plan) else {
-            return;
-        };
+        let ap = self.active.get_mut(&plan)?;
         let step = &mut ap.rec.steps[i];
         step.started_ms = Some(now);
         step.finished_ms = None;
@@ -449,7 +497,7 @@ impl SchedulerState {
                 "gave up after {} attempts (max_attempts = {})",
                 step.attempts, step.max_attempts
             ));
-            return;
+            return None;
         }
         let command = match &step.action {
             StepAction::Run { command } => command.clone(),
@@ -460,12 +508,17 @@ impl SchedulerState {
                     "no model configured: agent steps need an LLM model, and this flytod does not support models yet (agent sessions come in a later release); use `run` steps for now"
                         .into(),
                 );
-                return;
+                return None;
             }
         };
+        // A step only starts again after an interrupted attempt (a non-zero
+        // exit is final): keep that note while it re-runs, so `attempts`
+        // is explained; the new outcome replaces it.
+        if step.attempts == 0 {
+            step.error = None;
+        }
         step.attempts += 1;
         step.state = StepState::Running;
-        step.error = None;
         step.stdout_tail.clear();
         step.stderr_tail.clear();
         let dir = plan_log_dir(&log_dir, plan);
@@ -494,23 +547,41 @@ impl SchedulerState {
         let (cancel_tx, cancel_rx) = oneshot::channel();
         ap.running.insert(step_id.clone(), cancel_tx);
         let me = myself.clone();
-        tokio::spawn(async move {
-            let spawned_me = me.clone();
-            let spawned_step = step_id.clone();
-            let outcome = process::run(spec, cancel_rx, move |pgid| {
-                let _ = spawned_me.cast(SchedulerMsg::StepSpawned {
+        let runtime = tokio::runtime::Handle::current();
+        Some(Box::new(move |synced| {
+            if let Err(e) = synced {
+                let _ = me.cast(SchedulerMsg::StepFinished {
                     plan,
-                    step: spawned_step,
-                    pgid,
+                    step: step_id,
+                    outcome: Outcome {
+                        exit: Exit::SpawnFailed(format!(
+                            "not started: its start could not be made durable: {e}"
+                        )),
+                        stdout_tail: String::new(),
+                        stderr_tail: String::new(),
+                        log_truncated: false,
+                    },
                 });
-            })
-            .await;
-            let _ = me.cast(SchedulerMsg::StepFinished {
-                plan,
-                step: step_id,
-                outcome,
+                return;
+            }
+            runtime.spawn(async move {
+                let spawned_me = me.clone();
+                let spawned_step = step_id.clone();
+                let outcome = process::run(spec, cancel_rx, move |pgid| {
+                    let _ = spawned_me.cast(SchedulerMsg::StepSpawned {
+                        plan,
+                        step: spawned_step,
+                        pgid,
+                    });
+                })
+                .await;
+                let _ = me.cast(SchedulerMsg::StepFinished {
+                    plan,
+                    step: step_id,
+                    outcome,
+                });
             });
-        });
+        }))
     }
 
     fn step_finished(
@@ -620,6 +691,7 @@ impl SchedulerState {
         if ap.running.is_empty() {
             // Nothing to wait for: let pump settle it as cancelled at once.
             ap.rec.state = PlanState::Running;
+            self.started.insert(id);
             self.pump(myself)
         } else {
             self.persist(id)

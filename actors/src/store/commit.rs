@@ -24,9 +24,15 @@ impl Committer {
             synced: AtomicU64::new(0),
         });
         let counters = state.clone();
+        // Opened once: opening and closing it per commit would add two
+        // syscalls and a path lookup to every acknowledgement.
+        let handle = std::fs::File::open(&file).map_err(|source| StoreError::Sync {
+            path: file.clone(),
+            source,
+        })?;
         std::thread::Builder::new()
             .name("flyto-commit".into())
-            .spawn(move || run(db, file, rx, counters))
+            .spawn(move || run(db, file, handle, rx, counters))
             .map_err(|source| StoreError::Sync {
                 path: PathBuf::from("flyto-commit thread"),
                 source,
@@ -47,7 +53,13 @@ impl Committer {
     }
 }
 
-fn run(db: sled::Db, file: PathBuf, rx: mpsc::Receiver<AfterSync>, counters: Arc<Counters>) {
+fn run(
+    db: sled::Db,
+    file: PathBuf,
+    handle: std::fs::File,
+    rx: mpsc::Receiver<AfterSync>,
+    counters: Arc<Counters>,
+) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
@@ -55,7 +67,7 @@ fn run(db: sled::Db, file: PathBuf, rx: mpsc::Receiver<AfterSync>, counters: Arc
         let result = if counters.synced.load(Ordering::SeqCst) >= target {
             Ok(())
         } else {
-            sync(&db, &file).map_err(Arc::new)
+            sync_handle(&db, &file, &handle).map_err(Arc::new)
         };
         if result.is_ok() {
             counters.synced.fetch_max(target, Ordering::SeqCst);
@@ -71,14 +83,21 @@ fn run(db: sled::Db, file: PathBuf, rx: mpsc::Receiver<AfterSync>, counters: Arc
 /// sled's own flush survives a killed process but not a power cut; the
 /// fdatasync of the db file makes it durable.
 pub(super) fn sync(db: &sled::Db, file: &Path) -> Result<(), StoreError> {
-    db.flush().map_err(|source| StoreError::Sled {
+    let handle = std::fs::File::open(file).map_err(|source| StoreError::Sync {
         path: file.to_path_buf(),
         source,
     })?;
-    std::fs::File::open(file)
-        .and_then(|f| f.sync_data())
-        .map_err(|source| StoreError::Sync {
-            path: file.to_path_buf(),
-            source,
-        })
+    sync_handle(db, file, &handle)
+}
+
+/// [`sync`] with the db file already open (`path` is for messages).
+fn sync_handle(db: &sled::Db, path: &Path, handle: &std::fs::File) -> Result<(), StoreError> {
+    db.flush().map_err(|source| StoreError::Sled {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    handle.sync_data().map_err(|source| StoreError::Sync {
+        path: path.to_path_buf(),
+        source,
+    })
 }

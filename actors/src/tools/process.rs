@@ -169,10 +169,17 @@ pub fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
-/// After a crash: kills process group `pgid` if one of its members still
-/// carries `FLYTO_STEP=<marker>` (so a reused pid is never hit).
-pub fn kill_orphaned_group(pgid: i32, marker: &str) {
+/// After a crash: kills the process groups left over from an interrupted
+/// step. A process is a leftover when its environment carries
+/// `FLYTO_STEP=<marker>` and either it is in the recorded group `pgid`, or
+/// it carries `FLYTO_PLAN_SOCK=<plan_sock>`: the group may not have been
+/// recorded before the crash, and no other live daemon hands out that socket.
+/// The marker check means a reused pid is never hit.
+pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, plan_sock: &str) {
     let want = format!("FLYTO_STEP={marker}");
+    let sock = format!("FLYTO_PLAN_SOCK={plan_sock}");
+    // SAFETY: getpgrp has no preconditions.
+    let own_group = unsafe { libc::getpgrp() };
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -188,20 +195,24 @@ pub fn kill_orphaned_group(pgid: i32, marker: &str) {
             continue;
         };
         // Fields after the parenthesised command name: state ppid pgrp ...
-        let pgrp = stat
+        let Some(pgrp) = stat
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-            .and_then(|f| f.parse::<i32>().ok());
-        if pgrp != Some(pgid) {
+            .and_then(|f| f.parse::<i32>().ok())
+        else {
             continue;
-        }
+        };
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
-            tracing::warn!(pgid, "killing processes left over from an interrupted step");
-            kill_group(pgid, libc::SIGKILL);
-            return;
+        let has = |var: &str| environ.split(|b| *b == 0).any(|kv| kv == var.as_bytes());
+        if pgrp != own_group && has(&want) && (Some(pgrp) == pgid || has(&sock)) {
+            tracing::warn!(
+                pgid = pgrp,
+                step = marker,
+                "killing processes left over from an interrupted step"
+            );
+            kill_group(pgrp, libc::SIGKILL);
         }
     }
 }
