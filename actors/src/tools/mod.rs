@@ -1,6 +1,85 @@
 //! tools: everything that runs on the user's machine on the agent's or a
-//! plan's behalf. So far: process execution with the process rules of
-//! DESIGN section 2. It never touches storage or actors; callers persist.
+//! plan's behalf — process execution with the process rules of DESIGN
+//! section 2, and the agent's builtin tools (`read`, `write`, `edit`,
+//! `glob`, `grep`, `bash`) behind the [`Tool`] trait, with workdir
+//! confinement, secret scanning and the bash permission policy.
+//!
+//! **Invariant**: tools never touch storage or actors; callers persist.
+//! **Invariant**: a tool's future stops its work (and kills its process
+//! group) when the context's cancellation token fires.
 
 pub mod env;
 pub mod process;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool call may use: where it runs, what its children get, and how
+/// it is stopped.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// Canonical session workdir; file tools are confined to it.
+    pub workdir: PathBuf,
+    /// Environment for child processes (already filtered, with `FLYTO_*`).
+    pub env: Vec<(String, String)>,
+    /// Fires on cancel: the tool stops and kills what it started.
+    pub cancel: CancellationToken,
+}
+
+/// A tool's answer, as the model will see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// One paragraph for the model.
+    fn description(&self) -> &'static str;
+    /// JSON Schema of the arguments object, as JSON text.
+    fn input_schema(&self) -> &'static str;
+    /// True when this call may run in parallel with other safe calls
+    /// (reads); false for anything that changes state.
+    fn concurrency_safe(&self, args_json: &str) -> bool;
+    /// Runs the call. Bad arguments are an error output, never a panic.
+    fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a>;
+}
+
+/// The tools a session offers, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Registry {
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
+        Registry { tools }
+    }
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name)
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+}
