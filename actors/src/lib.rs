@@ -9,6 +9,7 @@
 pub mod clock;
 pub mod llm;
 pub mod plans;
+pub mod session;
 pub mod store;
 pub mod supervisor;
 pub mod tools;

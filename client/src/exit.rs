@@ -12,18 +12,28 @@ pub const NOT_RUNNING: u8 = 3;
 pub const REFUSED: u8 = 4;
 pub const PLAN_CANCELLED: u8 = 5;
 pub const UNAVAILABLE: u8 = 6;
+/// A session run ended with an `Error` event.
+pub const RUN_FAILED: u8 = 1;
+/// A session run was cancelled.
+pub const RUN_CANCELLED: u8 = 5;
+/// A second Ctrl-C while a run was being cancelled (128 + SIGINT).
+pub const INTERRUPTED: u8 = 130;
 
 /// Shown under the top-level `--help`.
 pub const AFTER_HELP: &str = "\
 Exit codes:
-  0  success; with --wait or --watch: the plan succeeded
-  1  the plan failed (with --wait or --watch), or another local error
-  2  usage error: bad arguments or an invalid plan file
-  3  flytod is not running or cannot be reached
-  4  flytod refused the request (BadRequest, NotFound, Conflict,
-     PermissionDenied, TooLarge, ProtocolMismatch, Internal)
-  5  the plan was cancelled (with --wait or --watch)
-  6  flytod is unavailable (shutting down)";
+  0    success; with --wait or --watch: the plan succeeded; session_send:
+       the run finished
+  1    the plan failed (with --wait or --watch), a session run ended with an
+       error, or another local error
+  2    usage error: bad arguments or an invalid plan file
+  3    flytod is not running or cannot be reached
+  4    flytod refused the request (BadRequest, NotFound, Conflict,
+       PermissionDenied, TooLarge, ProtocolMismatch, Internal), e.g. a
+       session_send while a run is active
+  5    the plan (with --wait or --watch) or the session run was cancelled
+  6    flytod is unavailable (shutting down)
+  130  a second Ctrl-C quit while a run was being cancelled";
 
 /// A mistake in what the user gave us (arguments, plan file): exit code 2.
 #[derive(Debug)]

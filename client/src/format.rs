@@ -51,6 +51,26 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS.get(unit).copied().unwrap_or("TiB"))
 }
 
+/// Token counts in little room: `950`, `12.3k`, `4.5M`.
+pub fn tokens(n: u64) -> String {
+    match n {
+        n if n < 1_000 => n.to_string(),
+        n if n < 1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        n => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// Money in US dollars: `$0`, `$0.0123`, `$12.35`.
+pub fn cost(usd: f64) -> String {
+    if usd <= 0.0 || !usd.is_finite() {
+        "$0".to_string()
+    } else if usd < 1.0 {
+        format!("${usd:.4}")
+    } else {
+        format!("${usd:.2}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +101,15 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+
+    #[test]
+    fn tokens_and_costs() {
+        assert_eq!(tokens(950), "950");
+        assert_eq!(tokens(12_345), "12.3k");
+        assert_eq!(tokens(4_500_000), "4.5M");
+        assert_eq!(cost(0.0), "$0");
+        assert_eq!(cost(0.012_34), "$0.0123");
+        assert_eq!(cost(12.345_6), "$12.35");
     }
 }

@@ -2,21 +2,27 @@
 //!
 //! This crate owns the CLI only: argument parsing and dispatch (this file),
 //! plan files (`plan_file`), following a plan live (`watch`, `progress`),
-//! turning daemon answers into text (`render`, `table`, `style`, `format`),
-//! and the exit-code contract (`exit`). The wire types, framing, handshake,
+//! agent sessions and `chat` (`cmd_session`, `chat`, `session_render`, with
+//! Ctrl-C handling in `interrupt`), turning daemon answers into text
+//! (`render`, `table`, `style`, `format`), and the exit-code contract
+//! (`exit`). The wire types, framing, handshake,
 //! socket resolution and the blocking client come from `flyto-protocol`.
 
+mod chat;
 mod cmd_daemon;
 mod cmd_plans;
+mod cmd_session;
 mod cmd_status;
 mod cmd_submit;
 mod conn;
 mod exit;
 mod format;
+mod interrupt;
 mod output;
 mod plan_file;
 mod progress;
 mod render;
+mod session_render;
 mod style;
 mod table;
 mod watch;
@@ -30,7 +36,7 @@ use std::process::ExitCode;
 #[command(
     name = "flytoctl",
     version,
-    about = "Talk to flytod: submit plans, follow them, inspect the daemon",
+    about = "Talk to flytod: submit plans and follow them, chat with agent sessions, inspect the daemon",
     after_help = exit::AFTER_HELP
 )]
 struct Cli {
@@ -67,6 +73,46 @@ enum Command {
     #[command(name = "plan_list")]
     PlanList(cmd_plans::ListArgs),
 
+    /// Start an agent session; prints its id
+    #[command(name = "session_new")]
+    SessionNew(cmd_session::NewArgs),
+
+    /// Send a message to a session and stream the reply; Ctrl-C cancels the run
+    ///
+    /// The reply text goes to stdout; reasoning, tool calls and results,
+    /// notices and the end-of-run lines go to stderr. Exits 0 when the run
+    /// finished, 5 when it was cancelled, 1 when it failed, 4 when flytod
+    /// refused (e.g. Conflict: a run is already active). A second Ctrl-C
+    /// quits at once (130).
+    #[command(name = "session_send")]
+    SessionSend(cmd_session::SendArgs),
+
+    /// Show a session's recent messages, then follow its runs live until Ctrl-C
+    #[command(name = "session_attach")]
+    SessionAttach(cmd_session::AttachArgs),
+
+    /// Cancel a session's active run
+    #[command(name = "session_cancel")]
+    SessionCancel {
+        /// Session id (or the name of an existing session)
+        id: String,
+    },
+
+    /// List sessions
+    #[command(name = "session_list")]
+    SessionList(cmd_session::ListArgs),
+
+    /// Print every message of a session
+    #[command(name = "session_history")]
+    SessionHistory(cmd_session::HistoryArgs),
+
+    /// Chat with a session: each line you type is a message (starts a new
+    /// session unless given one)
+    ///
+    /// Ctrl-C cancels the current reply, Ctrl-D or /quit leaves. With stdin
+    /// not a terminal there is no prompt: every input line is one message.
+    Chat(chat::ChatArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -100,6 +146,13 @@ fn run(cli: Cli) -> Result<u8> {
         Command::PlanStatus(args) => cmd_status::run(&ctx, args),
         Command::PlanCancel { id } => cmd_plans::cancel(&ctx, id),
         Command::PlanList(args) => cmd_plans::list(&ctx, args),
+        Command::SessionNew(args) => cmd_session::new(&ctx, args),
+        Command::SessionSend(args) => cmd_session::send_cmd(&ctx, args),
+        Command::SessionAttach(args) => cmd_session::attach(&ctx, args),
+        Command::SessionCancel { id } => cmd_session::cancel(&ctx, id),
+        Command::SessionList(args) => cmd_session::list(&ctx, args),
+        Command::SessionHistory(args) => cmd_session::history(&ctx, args),
+        Command::Chat(args) => chat::run(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
     }
@@ -130,6 +183,55 @@ mod tests {
         assert!(parse(&["flytoctl", "plan_status", "p1", "--json", "--watch"]).is_err());
         assert!(parse(&["flytoctl", "--socket", "/s", "ping"]).is_ok());
         assert!(parse(&["flytoctl", "ping", "--socket", "/s"]).is_ok());
+    }
+
+    #[test]
+    fn session_arguments() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args);
+        assert!(parse(&["flytoctl", "session_new"]).is_ok());
+        assert!(parse(&["flytoctl", "session_new", "--name", "n", "--model", "fast"]).is_ok());
+        assert!(parse(&["flytoctl", "session_send", "s1", "hello"]).is_ok());
+        assert!(
+            parse(&[
+                "flytoctl",
+                "session_send",
+                "s1",
+                "-",
+                "--usage",
+                "--reasoning"
+            ])
+            .is_ok()
+        );
+        assert!(parse(&["flytoctl", "session_send", "s1"]).is_err());
+        assert!(parse(&["flytoctl", "session_attach", "s1", "--recent", "5"]).is_ok());
+        assert!(parse(&["flytoctl", "session_attach", "s1", "--recent", "x"]).is_err());
+        assert!(parse(&["flytoctl", "session_cancel", "s1"]).is_ok());
+        assert!(parse(&["flytoctl", "session_list", "--json"]).is_ok());
+        assert!(parse(&["flytoctl", "session_history", "s1", "--json"]).is_ok());
+        assert!(parse(&["flytoctl", "session_history", "s1", "--json", "--reasoning"]).is_err());
+        assert!(parse(&["flytoctl", "chat"]).is_ok());
+        assert!(
+            parse(&[
+                "flytoctl",
+                "chat",
+                "--name",
+                "n",
+                "--workdir",
+                "/",
+                "--model",
+                "m"
+            ])
+            .is_ok()
+        );
+        assert!(parse(&["flytoctl", "chat", "--session", "s1"]).is_ok());
+        assert!(parse(&["flytoctl", "chat", "--session", "s1", "--name", "n"]).is_err());
+        assert!(parse(&["flytoctl", "chat", "--session", "s1", "--model", "m"]).is_err());
+
+        let cli = parse(&["flytoctl", "session_attach", "s1"]).unwrap();
+        match cli.command {
+            Command::SessionAttach(args) => assert_eq!(args.recent, 20),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Daemon answers as text: the plan table with output tails, the plan list,
 //! stats and pong lines. Pure functions of their inputs (and `now_ms`).
 
-use crate::format::{age, bytes, duration};
+use crate::format::{age, bytes, cost, duration};
 use crate::style::{Style, Tone, plan_tone, step_tone};
 use crate::table::{Cell, Table};
 use flyto_protocol::{DaemonStats, PlanState, PlanSummary, PlanView, StepView};
@@ -162,6 +162,11 @@ pub fn stats(s: &DaemonStats) -> String {
         ("plans failed", s.plans_failed.to_string()),
         ("plans cancelled", s.plans_cancelled.to_string()),
         ("steps running", s.steps_running.to_string()),
+        ("sessions", s.sessions.to_string()),
+        ("sessions running", s.sessions_running.to_string()),
+        ("input tokens", s.input_tokens.to_string()),
+        ("output tokens", s.output_tokens.to_string()),
+        ("cost", cost(s.cost_usd)),
         ("scheduler restarts", s.scheduler_restarts.to_string()),
         ("database size", bytes(s.db_bytes)),
     ];
@@ -296,8 +301,16 @@ build stderr:
         );
         let text = stats(&DaemonStats {
             db_bytes: 2048,
+            sessions: 3,
+            sessions_running: 1,
+            input_tokens: 12_345,
+            cost_usd: 0.5,
             ..Default::default()
         });
+        assert!(text.contains("\nsessions:           3\n"), "{text}");
+        assert!(text.contains("\nsessions running:   1\n"), "{text}");
+        assert!(text.contains("\ninput tokens:       12345\n"), "{text}");
+        assert!(text.contains("\ncost:               $0.5000\n"), "{text}");
         assert!(text.contains("\ndraining:           no\n"), "{text}");
         assert!(text.ends_with("database size:      2.0 KiB\n"), "{text}");
     }

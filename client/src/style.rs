@@ -1,4 +1,5 @@
-//! Colors: only when stdout is a terminal and `NO_COLOR` is unset.
+//! Colors: only when the stream written to is a terminal and `NO_COLOR` is
+//! unset. Also the terminal's width, for one-line summaries.
 
 use flyto_protocol::{PlanState, StepState};
 use std::io::IsTerminal;
@@ -38,9 +39,21 @@ impl Style {
         }
     }
 
+    /// For text written to stderr (session runs show tool calls there).
+    pub fn detect_stderr() -> Style {
+        Style {
+            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
     #[cfg(test)]
     pub fn plain() -> Style {
         Style { color: false }
+    }
+
+    #[cfg(test)]
+    pub fn colored() -> Style {
+        Style { color: true }
     }
 
     pub fn paint(self, text: &str, tone: Tone) -> String {
@@ -48,6 +61,35 @@ impl Style {
             Some(code) if self.color => format!("\x1b[{code}m{text}\x1b[0m"),
             _ => text.to_string(),
         }
+    }
+}
+
+/// Columns of the terminal on stderr, else of stdout, else 100.
+pub fn term_width() -> usize {
+    const DEFAULT: usize = 100;
+    for fd in [libc::STDERR_FILENO, libc::STDOUT_FILENO] {
+        let mut size = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ only writes a `winsize` into the struct we pass,
+        // which lives for the whole call; a non-terminal fd just fails.
+        let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &raw mut size) } == 0;
+        if ok && size.ws_col > 0 {
+            return usize::from(size.ws_col);
+        }
+    }
+    DEFAULT
+}
+
+/// Tone of a session status (`idle`, `running`, `cancelling`, `error`).
+pub fn session_tone(status: &str) -> Tone {
+    match status {
+        "running" | "cancelling" => Tone::Yellow,
+        "error" => Tone::Red,
+        _ => Tone::Plain,
     }
 }
 

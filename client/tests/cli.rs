@@ -6,14 +6,16 @@
 
 use flyto_protocol::framing::{read_frame, write_frame};
 use flyto_protocol::{
-    ErrorCode, Event, PROTOCOL_VERSION, PlanState, PlanSummary, PlanView, Request, Response,
-    StepState, StepView,
+    BlockView, ErrorCode, Event, MessageView, PROTOCOL_VERSION, PlanState, PlanSummary, PlanView,
+    Request, Response, SessionEvent, SessionView, StepState, StepView,
 };
+use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::Arc;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::Duration;
 
 /// What the fake answers to one request: frames, then maybe a hang-up.
 struct Reply {
@@ -355,4 +357,466 @@ fn a_missing_daemon_is_exit_3() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).starts_with("flytoctl: flytod is not running"));
+}
+
+fn session_view(id: &str, status: &str) -> SessionView {
+    SessionView {
+        id: id.into(),
+        name: Some("work".into()),
+        workdir: "/srv/proj".into(),
+        model: "main".into(),
+        status: status.into(),
+        error: None,
+        messages: 3,
+        context_base_idx: 0,
+        input_tokens: 1_500,
+        output_tokens: 40,
+        cost_usd: 0.002,
+        created_ms: 0,
+        updated_ms: 0,
+        chain: "c1".into(),
+        depth: 0,
+    }
+}
+
+fn session_event(seq: u64, event: SessionEvent) -> Response {
+    Response::Event {
+        seq,
+        event: Event::Session {
+            session: "s1".into(),
+            event,
+        },
+    }
+}
+
+fn text_delta(delta: &str) -> SessionEvent {
+    SessionEvent::Text {
+        delta: delta.into(),
+    }
+}
+
+/// A whole run: text, a tool call and its result, more text, then `end`.
+fn run_frames(reply: &str, end: SessionEvent) -> Vec<Response> {
+    let events = vec![
+        SessionEvent::RunStart { run: 1 },
+        SessionEvent::LlmStart {
+            model: "deepseek-chat".into(),
+        },
+        SessionEvent::Reasoning {
+            delta: "secret thoughts".into(),
+        },
+        text_delta("Let me "),
+        text_delta("look."),
+        SessionEvent::ToolCall {
+            id: "c1".into(),
+            name: "bash".into(),
+            arguments: "{\"command\": \"ls\"}".into(),
+        },
+        SessionEvent::ToolResult {
+            id: "c1".into(),
+            name: "bash".into(),
+            preview: "exit 0\nCargo.toml\n".into(),
+            is_error: false,
+        },
+        text_delta(reply),
+        SessionEvent::LlmEnd {
+            input_tokens: 1_000,
+            output_tokens: 12,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            cost_usd: 0.0012,
+        },
+        end,
+    ];
+    let mut frames: Vec<Response> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| session_event(i as u64 + 1, e))
+        .collect();
+    frames.push(Response::End {});
+    frames
+}
+
+fn done() -> SessionEvent {
+    SessionEvent::Done {
+        stop: "end_turn".into(),
+        message: String::new(),
+    }
+}
+
+#[test]
+fn session_send_streams_the_reply() {
+    let fake = fake("send", |_, req| match req {
+        Request::SessionSend { id, text } => {
+            assert_eq!(id, "s1");
+            assert_eq!(text, "list the files");
+            reply(run_frames("Two files.", done()))
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let out = flytoctl(&fake, &["session_send", "s1", "list the files"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Let me look.\nTwo files.\n");
+    // Not a terminal: no reasoning, no usage line unless asked for.
+    assert_eq!(
+        text(&out.stderr),
+        "⏺ bash {\"command\":\"ls\"}\n  ⎿ ok: exit 0 …\n"
+    );
+
+    let out = flytoctl(&fake, &["session_send", "s1", "list the files", "--usage"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).ends_with("deepseek-chat · 1.0k in · 12 out · $0.0012\n"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn session_send_reads_stdin_and_reports_how_the_run_ended() {
+    let fake = fake("send-ends", |_, req| match req {
+        Request::SessionSend { text, .. } if text == "fail" => reply(run_frames(
+            "",
+            SessionEvent::Error {
+                message: "the provider refused the key; send a message to try again".into(),
+            },
+        )),
+        Request::SessionSend { text, .. } => {
+            assert_eq!(text, "from stdin");
+            reply(run_frames(
+                "",
+                SessionEvent::Cancelled {
+                    message: "cancelled by user; send a message to continue".into(),
+                },
+            ))
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flytoctl"))
+        .arg("--socket")
+        .arg(&fake.socket)
+        .args(["session_send", "s1", "-"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).ends_with("cancelled by user; send a message to continue\n"));
+
+    let out = flytoctl(&fake, &["session_send", "s1", "fail"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr)
+            .ends_with("error: the provider refused the key; send a message to try again\n"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn session_send_while_running_is_refused_with_exit_4() {
+    let fake = fake("conflict", |_, req| match req {
+        Request::SessionSend { .. } => reply(vec![Response::error(
+            ErrorCode::Conflict,
+            "s1 is already running; wait for it or `flytoctl session_cancel s1`",
+        )]),
+        other => panic!("unexpected {other:?}"),
+    });
+    let out = flytoctl(&fake, &["session_send", "s1", "hi"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: Conflict: s1 is already running; wait for it or `flytoctl session_cancel s1`\n"
+    );
+}
+
+/// A fake whose `session_send` streams the start of a run, then waits for a
+/// `session_cancel` (on another connection) before ending it. `sent` hears
+/// when the send arrived, `cancels` when a cancel did.
+fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>) {
+    let (sent_tx, sent) = mpsc::channel();
+    let (cancel_tx, cancels) = mpsc::channel();
+    let sent_tx = Mutex::new(sent_tx);
+    let cancel_tx = Mutex::new(cancel_tx);
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let fake = fake(name, move |_, req| match req {
+        Request::SessionSend { .. } => {
+            sent_tx.lock().unwrap().send(()).unwrap();
+            let (lock, cvar) = &*gate;
+            let mut cancelled = lock.lock().unwrap();
+            while !*cancelled {
+                cancelled = cvar.wait(cancelled).unwrap();
+            }
+            reply(vec![
+                session_event(1, SessionEvent::RunStart { run: 1 }),
+                session_event(2, text_delta("partial")),
+                session_event(
+                    3,
+                    SessionEvent::Cancelled {
+                        message: "cancelled by user; send a message to continue".into(),
+                    },
+                ),
+                Response::End {},
+            ])
+        }
+        Request::SessionCancel { id } => {
+            let _ = cancel_tx.lock().unwrap().send(());
+            let (lock, cvar) = &*gate;
+            *lock.lock().unwrap() = true;
+            cvar.notify_all();
+            reply(vec![Response::Session {
+                session: session_view(id, "running"),
+            }])
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    (fake, sent, cancels)
+}
+
+fn spawn_send(fake: &Fake) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_flytoctl"))
+        .arg("--socket")
+        .arg(&fake.socket)
+        .args(["session_send", "s1", "hi"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn interrupt(child: &std::process::Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+}
+
+#[test]
+fn ctrl_c_cancels_the_run_and_waits_for_its_end() {
+    let (fake, sent, cancels) = cancellable_fake("ctrlc");
+    let child = spawn_send(&fake);
+    sent.recv_timeout(Duration::from_secs(10)).unwrap();
+    interrupt(&child);
+    cancels.recv_timeout(Duration::from_secs(10)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "partial\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("flytoctl: cancelling s1"), "{err}");
+    assert!(
+        err.ends_with("cancelled by user; send a message to continue\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_ctrl_c_quits_at_once() {
+    // The cancel is answered but the run never ends: the gate is held shut
+    // by answering the cancel from a fake that ignores it.
+    let (sent_tx, sent) = mpsc::channel();
+    let (cancel_tx, cancels) = mpsc::channel();
+    let sent_tx = Mutex::new(sent_tx);
+    let cancel_tx = Mutex::new(cancel_tx);
+    let fake = fake("ctrlc2", move |_, req| match req {
+        Request::SessionSend { .. } => {
+            sent_tx.lock().unwrap().send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(30));
+            reply(vec![Response::End {}])
+        }
+        Request::SessionCancel { id } => {
+            let _ = cancel_tx.lock().unwrap().send(());
+            reply(vec![Response::Session {
+                session: session_view(id, "running"),
+            }])
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let child = spawn_send(&fake);
+    sent.recv_timeout(Duration::from_secs(10)).unwrap();
+    interrupt(&child);
+    cancels.recv_timeout(Duration::from_secs(10)).unwrap();
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).ends_with("flytoctl: interrupted\n"));
+}
+
+#[test]
+fn chat_reads_one_message_per_line() {
+    let sends = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&sends);
+    let fake = fake("chat", move |_, req| match req {
+        Request::SessionNew {
+            name,
+            workdir,
+            model,
+        } => {
+            assert_eq!(name, &None);
+            assert!(workdir.as_deref().unwrap().starts_with('/'));
+            assert_eq!(model.as_deref(), Some("fast"));
+            reply(vec![Response::Session {
+                session: session_view("s1", "idle"),
+            }])
+        }
+        Request::SessionSend { id, text } => {
+            assert_eq!(id, "s1");
+            counter.fetch_add(1, Ordering::SeqCst);
+            reply(vec![
+                session_event(1, SessionEvent::RunStart { run: 1 }),
+                session_event(2, text_delta(&format!("echo: {text}"))),
+                session_event(3, done()),
+                Response::End {},
+            ])
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flytoctl"))
+        .arg("--socket")
+        .arg(&fake.socket)
+        .args(["chat", "--model", "fast"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\n\ntwo\n/quit\nnever sent\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "echo: one\necho: two\n");
+    assert_eq!(text(&out.stderr), "session s1\n");
+    assert_eq!(sends.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn sessions_new_list_history_cancel_and_names() {
+    let fake = fake("sessions", |_, req| match req {
+        Request::SessionNew {
+            name,
+            workdir,
+            model,
+        } => {
+            assert_eq!(name.as_deref(), Some("work"));
+            assert_eq!(workdir.as_deref(), Some("/"));
+            assert_eq!(model, &None);
+            reply(vec![Response::Session {
+                session: session_view("s7", "idle"),
+            }])
+        }
+        Request::SessionList {} => reply(vec![Response::Sessions {
+            sessions: vec![session_view("s7", "idle")],
+        }]),
+        Request::SessionCancel { id } => reply(vec![Response::Session {
+            session: session_view(id, "idle"),
+        }]),
+        Request::SessionHistory { id } => {
+            assert_eq!(id, "s7");
+            let mut session = session_view(id, "idle");
+            session.context_base_idx = 1;
+            reply(vec![Response::History {
+                session,
+                messages: vec![
+                    MessageView {
+                        idx: 0,
+                        role: "user".into(),
+                        blocks: vec![BlockView::Text { text: "hi".into() }],
+                    },
+                    MessageView {
+                        idx: 1,
+                        role: "assistant".into(),
+                        blocks: vec![BlockView::Text {
+                            text: "hello".into(),
+                        }],
+                    },
+                ],
+            }])
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let out = flytoctl(&fake, &["session_new", "--name", "work", "--workdir", "/"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "s7\n");
+
+    let out = flytoctl(&fake, &["session_list"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("ID  NAME  STATUS"), "{stdout}");
+    assert!(
+        stdout.contains("s7  work  idle    3     1.5k/40"),
+        "{stdout}"
+    );
+
+    let out = flytoctl(&fake, &["session_list", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["id"], "s7");
+
+    // A name resolves to the session's id.
+    let out = flytoctl(&fake, &["session_cancel", "work"]);
+    assert_eq!(text(&out.stdout), "s7 was not running\n");
+    let out = flytoctl(&fake, &["session_cancel", "nosuch"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("NotFound: no session nosuch"));
+
+    let out = flytoctl(&fake, &["session_history", "s7"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.ends_with("\n[0] user: (outside the model's window)\nhi\n\n[1] assistant:\nhello\n"),
+        "{stdout}"
+    );
+    let out = flytoctl(&fake, &["session_history", "s7", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["messages"][1]["blocks"][0]["text"]["text"], "hello");
+}
+
+#[test]
+fn attach_prints_the_snapshot_then_follows() {
+    let fake = fake("attach", |_, req| match req {
+        Request::SessionAttach { id, recent } => {
+            assert_eq!(*recent, Some(1));
+            let mut frames = vec![Response::History {
+                session: session_view(id, "idle"),
+                messages: vec![MessageView {
+                    idx: 2,
+                    role: "assistant".into(),
+                    blocks: vec![BlockView::Text {
+                        text: "earlier reply".into(),
+                    }],
+                }],
+            }];
+            frames.extend(run_frames("Done.", done()));
+            reply(frames)
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let out = flytoctl(&fake, &["session_attach", "s1", "--recent", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("… 2 earlier messages not shown; `flytoctl session_history s1` shows them\n\n[2] assistant:\nearlier reply\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("earlier reply\nLet me look.\nDone.\n"),
+        "{stdout}"
+    );
+    assert!(
+        text(&out.stderr).starts_with("── run 1 ──\n⏺ bash"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -1,9 +1,13 @@
 //! The daemon's config file: TOML, every key optional, unknown keys refused.
 
 use anyhow::{Context, bail};
+use flyto_actors::llm::{ModelProfile, Models, Roles};
 use flyto_actors::plans::PlanConfig;
+use flyto_actors::session::SessionConfig;
 use flyto_actors::supervisor::RestartPolicy;
+use flyto_actors::tools::policy::{PermissionsConfig, Policy};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,6 +16,39 @@ use std::time::Duration;
 pub struct Config {
     pub daemon: DaemonSection,
     pub plans: PlansSection,
+    pub sessions: SessionsSection,
+    /// `[models.<name>]` profiles.
+    pub models: BTreeMap<String, ModelProfile>,
+    pub roles: Roles,
+    /// What the agent's `bash` tool may run.
+    pub permissions: PermissionsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsSection {
+    pub max_iterations: u32,
+    /// USD per run; 0 means no limit.
+    pub max_run_cost_usd: f64,
+    pub max_continuations: u32,
+    /// A session actor with nothing to do stops after this long.
+    #[serde(with = "humantime_serde")]
+    pub idle_stop: Duration,
+    /// Profile or role for sessions that name none.
+    pub default_model: String,
+}
+
+impl Default for SessionsSection {
+    fn default() -> Self {
+        let d = SessionConfig::default();
+        SessionsSection {
+            max_iterations: d.max_iterations,
+            max_run_cost_usd: d.max_run_cost_usd,
+            max_continuations: d.max_continuations,
+            idle_stop: d.idle_stop,
+            default_model: d.default_model,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -127,6 +164,13 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
             path.display()
         );
     }
+    config
+        .models()
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    config
+        .policy()
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e:#}", path.display()))?;
     if config.plans.max_attempts == 0 {
         bail!(
             "invalid config file {}: plans.max_attempts must be at least 1",
@@ -156,6 +200,29 @@ impl Config {
             out.default_workdir = dir.display().to_string();
         }
         out
+    }
+
+    pub fn policy(&self) -> anyhow::Result<Policy> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        Policy::new(&self.permissions, home)
+            .map_err(|e| anyhow::anyhow!("invalid [permissions]: {e}"))
+    }
+
+    pub fn models(&self) -> Models {
+        Models::new(self.models.clone(), self.roles.clone())
+    }
+
+    pub fn session_config(&self, socket: &Path) -> SessionConfig {
+        let s = &self.sessions;
+        SessionConfig {
+            max_iterations: s.max_iterations,
+            max_run_cost_usd: s.max_run_cost_usd,
+            max_continuations: s.max_continuations,
+            idle_stop: s.idle_stop,
+            default_workdir: self.plan_config(socket).default_workdir,
+            default_model: s.default_model.clone(),
+            plan_socket: socket.display().to_string(),
+        }
     }
 
     pub fn restart_policy(&self) -> RestartPolicy {

@@ -12,12 +12,15 @@ mod server;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use flyto_actors::llm::LlmClient;
 use flyto_actors::plans::{
     PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
     SledPlanStore,
 };
+use flyto_actors::session::{SESSION_MANAGER_NAME, SessionDeps, SessionManager, SledSessionStore};
 use flyto_actors::store::Store;
 use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
+use flyto_actors::tools::Registry;
 use flyto_actors::{Clock, SystemClock};
 use ractor::{Actor, ActorRef};
 use std::path::PathBuf;
@@ -147,12 +150,42 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
-    // Recovery runs inside the scheduler's start, before we bind and report READY.
+    flyto_actors::tools::env::hide_key_vars(&config.models());
+    let session_deps = Arc::new(SessionDeps {
+        store: Arc::new(SledSessionStore::open(store.clone())?),
+        llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,
+        models: RwLock::new(Arc::new(config.models())),
+        tools: Registry::new(flyto_actors::tools::builtin::all(Arc::new(
+            config.policy()?,
+        ))),
+        config: RwLock::new(config.session_config(&socket_path)),
+        clock: Arc::new(SystemClock),
+    });
+    let sessions_spec = {
+        let deps = session_deps.clone();
+        ChildSpec {
+            name: "sessions".into(),
+            start: Arc::new(move |sup| {
+                let deps = deps.clone();
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(
+                        Some(SESSION_MANAGER_NAME.into()),
+                        SessionManager,
+                        deps,
+                        sup,
+                    )
+                    .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
+    // Recovery runs inside the children's start, before we bind and report READY.
     let (supervisor, supervisor_done) = Actor::spawn(
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![scheduler_spec],
+            children: vec![scheduler_spec, sessions_spec],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },
@@ -200,6 +233,13 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             *c = pc.clone();
                         }
                         grace = new.config.daemon.shutdown_grace;
+                        flyto_actors::tools::env::hide_key_vars(&new.config.models());
+                        if let Ok(mut m) = session_deps.models.write() {
+                            *m = Arc::new(new.config.models());
+                        }
+                        if let Ok(mut c) = session_deps.config.write() {
+                            *c = new.config.session_config(&socket_path);
+                        }
                         if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
                             let _ = ActorRef::<SchedulerMsg>::from(cell).cast(SchedulerMsg::Reconfigure(pc));
                         }

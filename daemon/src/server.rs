@@ -3,6 +3,8 @@
 //! scheduler. Only this module knows about connections.
 
 use flyto_actors::plans::{PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
+use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
+use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
 use flyto_protocol::{
     DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, Request, Response,
@@ -16,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::Semaphore;
+use tokio::sync::broadcast;
 
 pub const DAEMON_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -268,25 +271,155 @@ async fn ask<T: Send + 'static>(
     ctx: &Ctx,
     build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> SchedulerMsg,
 ) -> Result<T, Reject> {
+    call_actor(ctx, &scheduler()?, build).await?
+}
+
+fn session_manager() -> Result<ActorRef<ManagerMsg>, Reject> {
+    ractor::registry::where_is(SESSION_MANAGER_NAME.into())
+        .map(ActorRef::from)
+        .ok_or_else(|| {
+            Reject::new(
+                ErrorCode::Unavailable,
+                "the session manager is restarting: retry in a moment",
+            )
+        })
+}
+
+/// Asks an actor and waits; a stopped actor or a timeout is an answer too.
+async fn call_actor<M: Send + 'static, T: Send + 'static>(
+    ctx: &Ctx,
+    actor: &ActorRef<M>,
+    build: impl FnOnce(ractor::RpcReplyPort<T>) -> M,
+) -> Result<T, Reject> {
     let _permit = ctx.inflight.try_acquire().map_err(|_| {
         Reject::new(
             ErrorCode::Unavailable,
             "flytod is overloaded (too many requests in flight): retry shortly",
         )
     })?;
-    match scheduler()?
-        .call(build, Some(Duration::from_secs(120)))
-        .await
-    {
-        Ok(CallResult::Success(answer)) => answer,
+    match actor.call(build, Some(Duration::from_secs(120))).await {
+        Ok(CallResult::Success(answer)) => Ok(answer),
         Ok(CallResult::Timeout) => Err(Reject::new(
             ErrorCode::Internal,
-            "the scheduler did not answer within 120 s; see the daemon log",
+            "flytod did not answer within 120 s; see the daemon log",
         )),
         Ok(CallResult::SenderError) | Err(_) => Err(Reject::new(
             ErrorCode::Unavailable,
-            "the scheduler stopped while handling the request: retry in a moment",
+            "the actor stopped while handling the request: retry in a moment",
         )),
+    }
+}
+
+async fn session_call<T: Send + 'static>(
+    ctx: &Ctx,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> ManagerMsg,
+) -> Result<T, Reject> {
+    call_actor(ctx, &session_manager()?, build).await?
+}
+
+async fn session_actor(ctx: &Ctx, id: &str) -> Result<ActorRef<SessionMsg>, Reject> {
+    let id = id.to_string();
+    session_call(ctx, |reply| ManagerMsg::Get { id, reply }).await
+}
+
+async fn session_cancel(id: &str, ctx: &Ctx) -> Result<Response, Reject> {
+    let actor = session_actor(ctx, id).await?;
+    call_actor(ctx, &actor, |reply| SessionMsg::Cancel { reply }).await?;
+    let session = call_actor(ctx, &actor, |reply| SessionMsg::View { reply }).await?;
+    Ok(Response::Session { session })
+}
+
+/// Streams a subscription's events; with `until_run_end`, stops after the
+/// event that ends a run.
+async fn forward_events(
+    id: &str,
+    mut sub: Subscription,
+    until_run_end: bool,
+    sink: &mut Sink,
+) -> Result<(), FrameError> {
+    loop {
+        match sub.rx.recv().await {
+            Ok((seq, event)) => {
+                let ends = event.ends_run();
+                sink.send(&Response::Event {
+                    seq,
+                    event: Event::Session {
+                        session: id.to_string(),
+                        event,
+                    },
+                })
+                .await?;
+                if ends && until_run_end {
+                    break;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                sink.send(&Response::Event {
+                    seq: 0,
+                    event: Event::Session {
+                        session: id.to_string(),
+                        event: SessionEvent::Notice {
+                            message: format!(
+                                "this client fell behind and missed {n} events; `flytoctl session_history {id}` has the stored transcript"
+                            ),
+                        },
+                    },
+                })
+                .await?;
+            }
+            Err(broadcast::error::RecvError::Closed) => break,
+        }
+    }
+    sink.send(&Response::End {}).await
+}
+
+async fn session_send(
+    id: &str,
+    text: String,
+    sink: &mut Sink,
+    ctx: &Ctx,
+) -> Result<(), FrameError> {
+    if ctx.draining.load(Ordering::SeqCst) {
+        return sink
+            .error(
+                ErrorCode::Unavailable,
+                "flytod is shutting down: send the message again once it has restarted",
+            )
+            .await;
+    }
+    let sub = match session_actor(ctx, id).await {
+        Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Send { text, reply })
+            .await
+            .and_then(|r| r),
+        Err(r) => Err(r),
+    };
+    match sub {
+        Ok(sub) => forward_events(id, sub, true, sink).await,
+        Err(r) => sink.error(r.code, r.message).await,
+    }
+}
+
+async fn session_attach(
+    id: &str,
+    recent: u32,
+    sink: &mut Sink,
+    ctx: &Ctx,
+) -> Result<(), FrameError> {
+    let snapshot = match session_actor(ctx, id).await {
+        Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Attach {
+            recent: u64::from(recent),
+            reply,
+        })
+        .await
+        .and_then(|r| r),
+        Err(r) => Err(r),
+    };
+    match snapshot {
+        Ok((session, messages, sub)) => {
+            sink.send(&Response::History { session, messages }).await?;
+            forward_events(id, sub, false, sink).await
+        }
+        Err(r) => sink.error(r.code, r.message).await,
     }
 }
 
@@ -301,7 +434,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             pid: std::process::id(),
             uptime_ms: ctx.started.elapsed().as_millis() as u64,
         }),
-        Request::Stats {} => stats(ctx),
+        Request::Stats {} => stats(ctx).await,
         Request::SubmitPlan {
             plan,
             idempotency_key,
@@ -333,6 +466,32 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 .map(|state| Response::PlanCancelled { id, state })
         }
         Request::PlanWatch { id } => return watch(&id, sink, ctx).await,
+        Request::SessionNew {
+            name,
+            workdir,
+            model,
+        } => session_call(ctx, |reply| ManagerMsg::New {
+            name,
+            workdir,
+            model,
+            chain: None,
+            reply,
+        })
+        .await
+        .map(|session| Response::Session { session }),
+        Request::SessionSend { id, text } => return session_send(&id, text, sink, ctx).await,
+        Request::SessionAttach { id, recent } => {
+            return session_attach(&id, recent.unwrap_or(20), sink, ctx).await;
+        }
+        Request::SessionCancel { id } => session_cancel(&id, ctx).await,
+        Request::SessionList {} => session_call(ctx, |reply| ManagerMsg::List { reply })
+            .await
+            .map(|sessions| Response::Sessions { sessions }),
+        Request::SessionHistory { id } => {
+            session_call(ctx, |reply| ManagerMsg::History { id, reply })
+                .await
+                .map(|(session, messages)| Response::History { session, messages })
+        }
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,
@@ -340,8 +499,11 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
     }
 }
 
-fn stats(ctx: &Ctx) -> Result<Response, Reject> {
+async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
     let c = ctx.reader.counts()?;
+    let t = session_call(ctx, |reply| ManagerMsg::Totals { reply })
+        .await
+        .unwrap_or_default();
     Ok(Response::Stats {
         stats: DaemonStats {
             daemon_version: DAEMON_VERSION.into(),
@@ -356,6 +518,11 @@ fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             steps_running: c.steps_running,
             scheduler_restarts: ctx.restarts.load(Ordering::Relaxed),
             db_bytes: c.db_bytes,
+            sessions: t.sessions,
+            sessions_running: t.running,
+            input_tokens: t.usage.input_tokens,
+            output_tokens: t.usage.output_tokens,
+            cost_usd: t.cost_usd,
         },
     })
 }

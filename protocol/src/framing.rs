@@ -246,6 +246,77 @@ mod tests {
                 state: Some(PlanState::Failed),
                 limit: None,
             },
+            Request::SessionNew {
+                name: Some("n".into()),
+                workdir: None,
+                model: Some("fast".into()),
+            },
+            Request::SessionSend {
+                id: "s1".into(),
+                text: "hi".into(),
+            },
+            Request::SessionAttach {
+                id: "s1".into(),
+                recent: Some(5),
+            },
+            Request::SessionCancel { id: "s1".into() },
+            Request::SessionList {},
+            Request::SessionHistory { id: "s1".into() },
+        ];
+        let session = SessionView {
+            id: "s1".into(),
+            name: None,
+            workdir: "/w".into(),
+            model: "m".into(),
+            status: "idle".into(),
+            error: Some("interrupted".into()),
+            messages: 3,
+            context_base_idx: 1,
+            input_tokens: 10,
+            output_tokens: 20,
+            cost_usd: 0.5,
+            created_ms: 1,
+            updated_ms: 2,
+            chain: "s1".into(),
+            depth: 0,
+        };
+        let session_events = vec![
+            SessionEvent::RunStart { run: 1 },
+            SessionEvent::LlmStart { model: "m".into() },
+            SessionEvent::Text { delta: "é".into() },
+            SessionEvent::Reasoning { delta: "r".into() },
+            SessionEvent::Restart { reason: "x".into() },
+            SessionEvent::ToolCall {
+                id: "c".into(),
+                name: "read".into(),
+                arguments: "{\"path\":\"a\"}".into(),
+            },
+            SessionEvent::ToolResult {
+                id: "c".into(),
+                name: "read".into(),
+                preview: "p".into(),
+                is_error: false,
+            },
+            SessionEvent::LlmEnd {
+                input_tokens: 1,
+                output_tokens: 2,
+                cache_read_tokens: 3,
+                cache_write_tokens: 4,
+                cost_usd: 0.25,
+            },
+            SessionEvent::Notice {
+                message: "n".into(),
+            },
+            SessionEvent::Cancelled {
+                message: "c".into(),
+            },
+            SessionEvent::Error {
+                message: "e".into(),
+            },
+            SessionEvent::Done {
+                stop: "end_turn".into(),
+                message: "m".into(),
+            },
         ];
         let responses = vec![
             Response::Welcome {
@@ -286,7 +357,44 @@ mod tests {
             },
             Response::End {},
             Response::error(ErrorCode::TooLarge, "m"),
+            Response::Session {
+                session: session.clone(),
+            },
+            Response::Sessions {
+                sessions: vec![session.clone()],
+            },
+            Response::History {
+                session,
+                messages: vec![MessageView {
+                    idx: 0,
+                    role: "user".into(),
+                    blocks: vec![
+                        BlockView::Text { text: "t".into() },
+                        BlockView::Thinking { text: "th".into() },
+                        BlockView::ToolUse {
+                            id: "c".into(),
+                            name: "bash".into(),
+                            arguments: "{}".into(),
+                        },
+                        BlockView::ToolResult {
+                            call_id: "c".into(),
+                            content: "ok".into(),
+                            is_error: true,
+                        },
+                    ],
+                }],
+            },
         ];
+        let mut responses = responses;
+        responses.extend(session_events.into_iter().enumerate().map(|(i, event)| {
+            Response::Event {
+                seq: i as u64,
+                event: Event::Session {
+                    session: "s1".into(),
+                    event,
+                },
+            }
+        }));
         (requests, responses)
     }
 

@@ -35,6 +35,32 @@ pub enum Request {
         state: Option<PlanState>,
         limit: Option<u32>,
     },
+    /// A new agent session. `model` names a profile or a role (default
+    /// role `main`); `workdir` defaults to the daemon's default workdir.
+    SessionNew {
+        name: Option<String>,
+        workdir: Option<String>,
+        model: Option<String>,
+    },
+    /// Starts a run with a user message and streams its events until it
+    /// ends, then `End`. `Conflict` while a run is active.
+    SessionSend {
+        id: String,
+        text: String,
+    },
+    /// Snapshot (`History` of recent messages), then live events of every
+    /// run until the client disconnects.
+    SessionAttach {
+        id: String,
+        recent: Option<u32>,
+    },
+    SessionCancel {
+        id: String,
+    },
+    SessionList {},
+    SessionHistory {
+        id: String,
+    },
 }
 
 impl Request {
@@ -49,6 +75,12 @@ impl Request {
             Request::PlanWatch { .. } => "plan_watch",
             Request::PlanCancel { .. } => "plan_cancel",
             Request::PlanList { .. } => "plan_list",
+            Request::SessionNew { .. } => "session_new",
+            Request::SessionSend { .. } => "session_send",
+            Request::SessionAttach { .. } => "session_attach",
+            Request::SessionCancel { .. } => "session_cancel",
+            Request::SessionList {} => "session_list",
+            Request::SessionHistory { .. } => "session_history",
         }
     }
 }
@@ -87,6 +119,17 @@ pub enum Response {
         seq: u64,
         event: Event,
     },
+    Session {
+        session: SessionView,
+    },
+    Sessions {
+        sessions: Vec<SessionView>,
+    },
+    /// A session and (some of) its messages, oldest first.
+    History {
+        session: SessionView,
+        messages: Vec<MessageView>,
+    },
     End {},
     Error {
         code: ErrorCode,
@@ -108,6 +151,134 @@ impl Response {
 pub enum Event {
     /// A plan changed; carries its whole new state (plans are small).
     PlanUpdated { plan: PlanView },
+    /// Something happened in a session's run.
+    Session {
+        session: String,
+        event: SessionEvent,
+    },
+}
+
+/// What a session's run reports, in order. Every run starts with
+/// `RunStart` and ends with exactly one of `Done`, `Cancelled`, `Error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionEvent {
+    RunStart {
+        run: u64,
+    },
+    LlmStart {
+        model: String,
+    },
+    /// Answer text as it streams.
+    Text {
+        delta: String,
+    },
+    /// Reasoning text, kept apart from the answer.
+    Reasoning {
+        delta: String,
+    },
+    /// The text/reasoning streamed since the last `LlmStart` is void (the
+    /// provider call is being retried).
+    Restart {
+        reason: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        /// JSON text.
+        arguments: String,
+    },
+    ToolResult {
+        id: String,
+        name: String,
+        /// The first 400 characters.
+        preview: String,
+        is_error: bool,
+    },
+    LlmEnd {
+        input_tokens: u64,
+        output_tokens: u64,
+        cache_read_tokens: u64,
+        cache_write_tokens: u64,
+        cost_usd: f64,
+    },
+    /// Retries, fallbacks and other things worth telling the user.
+    Notice {
+        message: String,
+    },
+    Cancelled {
+        message: String,
+    },
+    Error {
+        message: String,
+    },
+    /// The run ended; `message` says why and how to continue.
+    Done {
+        stop: String,
+        message: String,
+    },
+}
+
+impl SessionEvent {
+    /// True for the events that end a run.
+    pub fn ends_run(&self) -> bool {
+        matches!(
+            self,
+            SessionEvent::Done { .. } | SessionEvent::Cancelled { .. } | SessionEvent::Error { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub id: String,
+    pub name: Option<String>,
+    pub workdir: String,
+    /// Model profile the session uses.
+    pub model: String,
+    /// `idle`, `running`, `cancelling` or `error`.
+    pub status: String,
+    /// Why the session is in `error` (e.g. "interrupted").
+    pub error: Option<String>,
+    pub messages: u64,
+    /// Messages before this index are history only; the model sees the rest.
+    pub context_base_idx: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub chain: String,
+    pub depth: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageView {
+    pub idx: u64,
+    /// `user` or `assistant`.
+    pub role: String,
+    pub blocks: Vec<BlockView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockView {
+    Text {
+        text: String,
+    },
+    Thinking {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolResult {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -293,4 +464,9 @@ pub struct DaemonStats {
     pub steps_running: u64,
     pub scheduler_restarts: u64,
     pub db_bytes: u64,
+    pub sessions: u64,
+    pub sessions_running: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
 }

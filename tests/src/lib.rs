@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 pub use flyto_protocol;
 
+pub mod fake_anthropic;
+pub mod fake_llm;
+
 /// The directory holding the built `flytod` and `flytoctl`: next to the
 /// running test or bench binary (`target/<profile>/` or its `deps/`).
 pub fn bin_dir() -> PathBuf {

@@ -5,4 +5,6 @@ mod bad_input;
 mod durability;
 mod lifecycle;
 mod plans;
+mod providers;
+mod sessions;
 mod systemd;

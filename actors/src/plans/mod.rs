@@ -6,6 +6,7 @@
 //! and synced: replies and published views are sent from `after_sync`
 //! continuations. It never sees a connection; the daemon translates.
 
+pub mod agent_step;
 pub mod dag;
 pub mod model;
 pub mod reader;

@@ -31,6 +31,16 @@ pub enum StepAction {
     },
 }
 
+impl StepAction {
+    /// The step kind as clients see it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StepAction::Run { .. } => "run",
+            StepAction::Agent { .. } => "agent",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub id: String,
@@ -62,6 +72,8 @@ pub fn parse_id(s: &str) -> Option<u64> {
 }
 
 impl PlanRecord {
+    /// The view clients see; see [`PlanRecord::into_view`] when the record
+    /// is not needed afterwards.
     pub fn view(&self, log_dir: &std::path::Path) -> PlanView {
         PlanView {
             id: format_id(self.id),
@@ -77,10 +89,7 @@ impl PlanRecord {
                 .iter()
                 .map(|s| StepView {
                     id: s.id.clone(),
-                    kind: match s.action {
-                        StepAction::Run { .. } => "run".into(),
-                        StepAction::Agent { .. } => "agent".into(),
-                    },
+                    kind: s.action.kind().into(),
                     text: match &s.action {
                         StepAction::Run { command } => command.clone(),
                         StepAction::Agent { prompt, .. } => prompt.clone(),
@@ -95,9 +104,49 @@ impl PlanRecord {
                     error: s.error.clone(),
                     stdout_tail: s.stdout_tail.clone(),
                     stderr_tail: s.stderr_tail.clone(),
-                    log_path: s
-                        .has_log
-                        .then(|| step_log_path(log_dir, self.id, &s.id).display().to_string()),
+                    log_path: s.has_log.then(|| step_log_string(log_dir, self.id, &s.id)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Like [`PlanRecord::view`], moving the fields instead of copying them.
+    pub fn into_view(self, log_dir: &std::path::Path) -> PlanView {
+        let id = self.id;
+        PlanView {
+            id: format_id(id),
+            name: self.name,
+            state: self.state,
+            reason: self.reason,
+            created_ms: self.created_ms,
+            started_ms: self.started_ms,
+            finished_ms: self.finished_ms,
+            revision: self.revision,
+            steps: self
+                .steps
+                .into_iter()
+                .map(|s| {
+                    let log_path = s.has_log.then(|| step_log_string(log_dir, id, &s.id));
+                    let kind = s.action.kind().into();
+                    StepView {
+                        id: s.id,
+                        kind,
+                        text: match s.action {
+                            StepAction::Run { command } => command,
+                            StepAction::Agent { prompt, .. } => prompt,
+                        },
+                        deps: s.deps,
+                        state: s.state,
+                        attempts: s.attempts,
+                        max_attempts: s.max_attempts,
+                        started_ms: s.started_ms,
+                        finished_ms: s.finished_ms,
+                        exit_code: s.exit_code,
+                        error: s.error,
+                        stdout_tail: s.stdout_tail,
+                        stderr_tail: s.stderr_tail,
+                        log_path,
+                    }
                 })
                 .collect(),
         }
@@ -126,4 +175,85 @@ pub fn plan_log_dir(log_dir: &std::path::Path, plan: u64) -> std::path::PathBuf 
 
 pub fn step_log_path(log_dir: &std::path::Path, plan: u64, step: &str) -> std::path::PathBuf {
     plan_log_dir(log_dir, plan).join(format!("{step}.log"))
+}
+
+/// [`step_log_path`] as the string views carry, built in one allocation.
+fn step_log_string(log_dir: &std::path::Path, plan: u64, step: &str) -> String {
+    use std::fmt::Write;
+    let dir = log_dir.to_string_lossy();
+    let mut out = String::with_capacity(dir.len() + step.len() + 28);
+    out.push_str(&dir);
+    if !out.is_empty() && !out.ends_with('/') {
+        out.push('/');
+    }
+    let _ = write!(out, "p{plan}/{step}.log");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn into_view_is_the_same_view() {
+        let step = |id: &str, action, has_log| StepRecord {
+            id: id.into(),
+            action,
+            deps: vec!["a".into()],
+            timeout_secs: 5,
+            max_attempts: 2,
+            workdir: "/tmp".into(),
+            state: StepState::Failed,
+            attempts: 1,
+            started_ms: Some(3),
+            finished_ms: Some(4),
+            exit_code: Some(2),
+            error: Some("exit code 2".into()),
+            stdout_tail: "out".into(),
+            stderr_tail: "err".into(),
+            pgid: Some(9),
+            has_log,
+        };
+        let rec = PlanRecord {
+            id: 7,
+            name: Some("n".into()),
+            state: PlanState::Failed,
+            reason: Some("step `b` failed".into()),
+            created_ms: 1,
+            started_ms: Some(2),
+            finished_ms: Some(5),
+            revision: 6,
+            idempotency_key: Some("k".into()),
+            steps: vec![
+                step(
+                    "a",
+                    StepAction::Run {
+                        command: "echo".into(),
+                    },
+                    true,
+                ),
+                step(
+                    "b",
+                    StepAction::Agent {
+                        prompt: "think".into(),
+                        session: None,
+                    },
+                    false,
+                ),
+            ],
+        };
+        let dir = std::path::Path::new("/state/logs");
+        assert_eq!(rec.clone().into_view(dir), rec.view(dir));
+    }
+
+    #[test]
+    fn log_path_string_matches_the_path() {
+        for dir in ["/var/lib/flyto/logs", "/var/lib/flyto/logs/", "logs", "/"] {
+            let dir = std::path::Path::new(dir);
+            assert_eq!(
+                step_log_string(dir, 42, "build.x"),
+                step_log_path(dir, 42, "build.x").display().to_string()
+            );
+        }
+    }
 }

@@ -61,7 +61,7 @@ impl PlanReader {
             return Ok((view, Some(rx)));
         }
         match self.store.get(n).map_err(Reject::internal)? {
-            Some(rec) => Ok((rec.view(&self.log_dir), None)),
+            Some(rec) => Ok((rec.into_view(&self.log_dir), None)),
             None => Err(Reject::not_found(id)),
         }
     }

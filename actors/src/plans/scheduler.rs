@@ -1,6 +1,7 @@
 //! The SchedulerActor: owns the active plans, starts steps as tasks it can
 //! cancel, and persists every transition before publishing it.
 
+use super::agent_step::{self, AgentStep};
 use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, parse_id, plan_log_dir, step_log_path};
 use super::reader::PlanReader;
@@ -499,17 +500,19 @@ impl SchedulerState {
             ));
             return None;
         }
+        let agent = match &step.action {
+            StepAction::Run { .. } => None,
+            StepAction::Agent { prompt, session } => Some(AgentStep {
+                prompt: prompt.clone(),
+                session: session.clone(),
+                workdir: step.workdir.clone(),
+                chain: format_id(plan),
+                timeout: Duration::from_secs(step.timeout_secs),
+            }),
+        };
         let command = match &step.action {
             StepAction::Run { command } => command.clone(),
-            StepAction::Agent { .. } => {
-                step.state = StepState::Failed;
-                step.finished_ms = Some(now);
-                step.error = Some(
-                    "no model configured: agent steps need an LLM model, and this flytod does not support models yet (agent sessions come in a later release); use `run` steps for now"
-                        .into(),
-                );
-                return None;
-            }
+            StepAction::Agent { .. } => String::new(),
         };
         // A step only starts again after an interrupted attempt (a non-zero
         // exit is final): keep that note while it re-runs, so `attempts`
@@ -525,7 +528,7 @@ impl SchedulerState {
         let log_path = std::fs::create_dir_all(&dir)
             .ok()
             .map(|_| step_log_path(&log_dir, plan, &step.id));
-        step.has_log = log_path.is_some();
+        step.has_log = log_path.is_some() && agent.is_none();
         let step_id = step.id.clone();
         let marker = step_marker(plan, &step_id);
         let extra = [
@@ -567,14 +570,19 @@ impl SchedulerState {
             runtime.spawn(async move {
                 let spawned_me = me.clone();
                 let spawned_step = step_id.clone();
-                let outcome = process::run(spec, cancel_rx, move |pgid| {
-                    let _ = spawned_me.cast(SchedulerMsg::StepSpawned {
-                        plan,
-                        step: spawned_step,
-                        pgid,
-                    });
-                })
-                .await;
+                let outcome = match agent {
+                    Some(agent) => agent_step::run(agent, cancel_rx, spec.tail_max).await,
+                    None => {
+                        process::run(spec, cancel_rx, move |pgid| {
+                            let _ = spawned_me.cast(SchedulerMsg::StepSpawned {
+                                plan,
+                                step: spawned_step,
+                                pgid,
+                            });
+                        })
+                        .await
+                    }
+                };
                 let _ = me.cast(SchedulerMsg::StepFinished {
                     plan,
                     step: step_id,

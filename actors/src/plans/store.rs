@@ -1,14 +1,23 @@
 //! The scheduler's storage, behind [`PlanStore`] so another backend (a shared
 //! PostgreSQL queue) can replace sled without touching the actor.
 //!
-//! sled layout, all in tree `plans`, each plan change one atomic batch:
+//! sled layout, all in tree `plans`, each plan change one atomic batch
+//! through the store's WAL:
 //! `r<id>` record · `s<state><id>` state index · `e<finished_ms><id>` expiry
-//! index · `i<key>` idempotency key → id · `n` next id. Ids and times are
-//! big-endian so keys sort numerically.
+//! index · `i<key>` idempotency key → id · `n` next id · `c<state>` number
+//! of plans in that state (u64). Ids, times and counts are big-endian so
+//! keys sort numerically.
+//!
+//! The counts are written in the same batch as the state index entries
+//! they count, so they are exactly as durable; a database without them
+//! (written before they existed) gets them from a scan of the state index
+//! at open.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, format_id};
-use crate::store::{AfterSync, Store, StoreError, decode_record, encode_record};
+use super::model::{PLAN_FORMAT_VERSION, PlanRecord};
+use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
 use flyto_protocol::PlanState;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 
 pub trait PlanStore: Send + Sync + 'static {
     /// The id the next new plan gets.
@@ -35,36 +44,125 @@ pub trait PlanStore: Send + Sync + 'static {
 pub struct SledPlanStore {
     store: Store,
     tree: sled::Tree,
+    /// Plans per state, as stored; the lock also orders writes, so that
+    /// each batch carries the counts that follow from the one before.
+    counts: Mutex<Counts>,
+    recent: Mutex<Recent>,
+}
+
+/// Recently read terminal plans, decoded: a finished plan no longer
+/// changes, and clients poll the status of the ones they just ran. Every
+/// write of a plan drops it, and bumps `generation` so that a read that
+/// started before the write does not put the old record back.
+#[derive(Default)]
+struct Recent {
+    generation: u64,
+    plans: HashMap<u64, (PlanRecord, usize)>,
+    bytes: usize,
+}
+
+/// Bounds of [`Recent`]: encoded bytes in all, and of one record.
+const RECENT_BYTES: usize = 1 << 20;
+const RECENT_MAX_RECORD: usize = 64 << 10;
+
+type Counts = [u64; 5];
+
+const STATES: [PlanState; 5] = [
+    PlanState::Pending,
+    PlanState::Running,
+    PlanState::Succeeded,
+    PlanState::Failed,
+    PlanState::Cancelled,
+];
+
+/// Names a plan record in errors; formatted only when there is one.
+struct PlanKey(Option<u64>);
+
+impl std::fmt::Display for PlanKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "plan p{id}"),
+            None => f.write_str("plan ?"),
+        }
+    }
 }
 
 impl SledPlanStore {
     pub fn open(store: Store) -> Result<Self, StoreError> {
         let tree = store.tree("plans")?;
-        Ok(SledPlanStore { store, tree })
+        let this = SledPlanStore {
+            store,
+            tree,
+            counts: Mutex::new([0; 5]),
+            recent: Mutex::default(),
+        };
+        *this.counts() = this.load_counts()?;
+        Ok(this)
+    }
+
+    /// The stored counts, or (first open of an older database) counted
+    /// from the state index and stored.
+    fn load_counts(&self) -> Result<Counts, StoreError> {
+        let mut counts = [0; 5];
+        let mut missing = false;
+        for (i, st) in STATES.into_iter().enumerate() {
+            match self.tree.get(count_key(st)).map_err(|e| self.err(e))? {
+                Some(v) => counts[i] = tail_id(&v).unwrap_or(0),
+                None => missing = true,
+            }
+        }
+        if !missing {
+            return Ok(counts);
+        }
+        let mut batch = Batch::new();
+        for (i, st) in STATES.into_iter().enumerate() {
+            let mut n = 0;
+            for kv in self
+                .store
+                .scan_prefix(&self.tree, &[b's', state_byte(st)], false)
+            {
+                kv?;
+                n += 1;
+            }
+            counts[i] = n;
+            batch.insert(count_key(st), n.to_be_bytes());
+        }
+        self.store.apply(&self.tree, &batch)?;
+        Ok(counts)
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a write of plan `id` (not before: a read between the two
+    /// could cache the old record).
+    fn forget(&self, id: u64) {
+        let mut r = self.recent();
+        r.generation += 1;
+        if let Some((_, n)) = r.plans.remove(&id) {
+            r.bytes -= n;
+        }
     }
 
     fn err(&self, e: sled::Error) -> StoreError {
         self.store.sled_err(e)
     }
 
-    fn decode(&self, id_bytes: &[u8], bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        let id = id_bytes
-            .try_into()
-            .map(u64::from_be_bytes)
-            .map(format_id)
-            .unwrap_or_else(|_| "?".into());
-        decode_record(
-            &format!("plan {id}"),
-            bytes,
-            PLAN_FORMAT_VERSION,
-            |found, _| Err(format!("no migration from plan format {found}")),
-        )
+    fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
+        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, _| {
+            Err(format!("no migration from plan format {found}"))
+        })
     }
 }
 
-fn record_key(id: u64) -> Vec<u8> {
-    let mut k = vec![b'r'];
-    k.extend_from_slice(&id.to_be_bytes());
+fn record_key(id: u64) -> [u8; 9] {
+    let mut k = [b'r'; 9];
+    k[1..].copy_from_slice(&id.to_be_bytes());
     k
 }
 
@@ -76,6 +174,20 @@ fn state_byte(state: PlanState) -> u8 {
         PlanState::Failed => b'f',
         PlanState::Cancelled => b'c',
     }
+}
+
+fn state_index(state: PlanState) -> usize {
+    match state {
+        PlanState::Pending => 0,
+        PlanState::Running => 1,
+        PlanState::Succeeded => 2,
+        PlanState::Failed => 3,
+        PlanState::Cancelled => 4,
+    }
+}
+
+fn count_key(state: PlanState) -> [u8; 2] {
+    [b'c', state_byte(state)]
 }
 
 fn state_key(state: PlanState, id: u64) -> Vec<u8> {
@@ -105,50 +217,81 @@ fn tail_id(key: &[u8]) -> Option<u64> {
 impl PlanStore for SledPlanStore {
     fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self
-            .tree
-            .get(b"n")
-            .map_err(|e| self.err(e))?
+            .store
+            .get(&self.tree, b"n")?
             .and_then(|v| tail_id(&v))
             .unwrap_or(1))
     }
 
     fn put(&self, plan: &PlanRecord, prev: Option<PlanState>) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::new();
         batch.insert(
             record_key(plan.id),
             encode_record(PLAN_FORMAT_VERSION, plan),
         );
-        if prev != Some(plan.state) {
-            if let Some(p) = prev {
-                batch.remove(state_key(p, plan.id));
-            }
-            batch.insert(state_key(plan.state, plan.id), &[]);
-        }
         if plan.state.is_terminal()
             && let Some(f) = plan.finished_ms
         {
-            batch.insert(expiry_key(f, plan.id), &[]);
+            batch.insert(expiry_key(f, plan.id), Vec::new());
         }
         if prev.is_none() {
-            batch.insert(&b"n"[..], &(plan.id + 1).to_be_bytes());
+            batch.insert(&b"n"[..], (plan.id + 1).to_be_bytes());
             if let Some(key) = &plan.idempotency_key {
-                batch.insert(idem_key(key), &plan.id.to_be_bytes());
+                batch.insert(idem_key(key), plan.id.to_be_bytes());
             }
         }
-        self.tree.apply_batch(batch).map_err(|e| self.err(e))?;
-        self.store.mark_dirty();
+        let mut counts = self.counts();
+        let mut next = *counts;
+        if prev != Some(plan.state) {
+            if let Some(p) = prev {
+                batch.remove(state_key(p, plan.id));
+                let n = &mut next[state_index(p)];
+                *n = n.saturating_sub(1);
+                batch.insert(count_key(p), n.to_be_bytes());
+            }
+            batch.insert(state_key(plan.state, plan.id), Vec::new());
+            let n = &mut next[state_index(plan.state)];
+            *n += 1;
+            batch.insert(count_key(plan.state), n.to_be_bytes());
+        }
+        self.store.apply(&self.tree, &batch)?;
+        *counts = next;
+        drop(counts);
+        self.forget(plan.id);
         Ok(())
     }
 
     fn get(&self, id: u64) -> Result<Option<PlanRecord>, StoreError> {
-        match self.tree.get(record_key(id)).map_err(|e| self.err(e))? {
-            Some(bytes) => Ok(Some(self.decode(&id.to_be_bytes(), &bytes)?)),
-            None => Ok(None),
+        let generation = {
+            let r = self.recent();
+            if let Some((rec, _)) = r.plans.get(&id) {
+                return Ok(Some(rec.clone()));
+            }
+            r.generation
+        };
+        let Some(bytes) = self.store.get(&self.tree, &record_key(id))? else {
+            return Ok(None);
+        };
+        let rec = self.decode(Some(id), &bytes)?;
+        let n = bytes.len();
+        if rec.state.is_terminal() && n <= RECENT_MAX_RECORD {
+            let mut r = self.recent();
+            if r.generation == generation {
+                if r.bytes + n > RECENT_BYTES {
+                    r.plans.clear();
+                    r.bytes = 0;
+                }
+                r.bytes += n;
+                if let Some((_, old)) = r.plans.insert(id, (rec.clone(), n)) {
+                    r.bytes -= old;
+                }
+            }
         }
+        Ok(Some(rec))
     }
 
     fn delete(&self, plan: &PlanRecord) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::new();
         batch.remove(record_key(plan.id));
         batch.remove(state_key(plan.state, plan.id));
         if let Some(f) = plan.finished_ms {
@@ -157,17 +300,26 @@ impl PlanStore for SledPlanStore {
         if let Some(key) = &plan.idempotency_key {
             batch.remove(idem_key(key));
         }
-        self.tree.apply_batch(batch).map_err(|e| self.err(e))?;
-        self.store.mark_dirty();
+        let mut counts = self.counts();
+        let mut next = *counts;
+        let n = &mut next[state_index(plan.state)];
+        *n = n.saturating_sub(1);
+        batch.insert(count_key(plan.state), n.to_be_bytes());
+        self.store.apply(&self.tree, &batch)?;
+        *counts = next;
+        drop(counts);
+        self.forget(plan.id);
         Ok(())
     }
 
     fn load_active(&self) -> Result<Vec<PlanRecord>, StoreError> {
         let mut ids = Vec::new();
         for state in [PlanState::Pending, PlanState::Running] {
-            for kv in self.tree.scan_prefix([b's', state_byte(state)]) {
-                let (k, _) = kv.map_err(|e| self.err(e))?;
-                ids.extend(tail_id(&k));
+            for kv in self
+                .store
+                .scan_prefix(&self.tree, &[b's', state_byte(state)], false)
+            {
+                ids.extend(tail_id(&kv?.0));
             }
         }
         ids.sort_unstable();
@@ -182,23 +334,25 @@ impl PlanStore for SledPlanStore {
         let mut out = Vec::new();
         match state {
             Some(st) => {
-                for kv in self.tree.scan_prefix([b's', state_byte(st)]).rev() {
+                for kv in self
+                    .store
+                    .scan_prefix(&self.tree, &[b's', state_byte(st)], true)
+                {
                     if out.len() >= limit {
                         break;
                     }
-                    let (k, _) = kv.map_err(|e| self.err(e))?;
-                    if let Some(id) = tail_id(&k) {
+                    if let Some(id) = tail_id(&kv?.0) {
                         out.extend(self.get(id)?);
                     }
                 }
             }
             None => {
-                for kv in self.tree.scan_prefix(b"r").rev() {
+                for kv in self.store.scan_prefix(&self.tree, b"r", true) {
                     if out.len() >= limit {
                         break;
                     }
-                    let (k, v) = kv.map_err(|e| self.err(e))?;
-                    out.push(self.decode(&k[1..], &v)?);
+                    let (k, v) = kv?;
+                    out.push(self.decode(tail_id(&k), &v)?);
                 }
             }
         }
@@ -207,31 +361,25 @@ impl PlanStore for SledPlanStore {
 
     fn find_idempotent(&self, key: &str) -> Result<Option<u64>, StoreError> {
         Ok(self
-            .tree
-            .get(idem_key(key))
-            .map_err(|e| self.err(e))?
+            .store
+            .get(&self.tree, &idem_key(key))?
             .and_then(|v| tail_id(&v)))
     }
 
     fn expired(&self, before_ms: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.tree.range(expiry_key(0, 0)..expiry_key(before_ms, 0)) {
+        let (start, end) = (expiry_key(0, 0), expiry_key(before_ms, 0));
+        for kv in self.store.range(&self.tree, &start, &end, false) {
             if out.len() >= limit {
                 break;
             }
-            let (k, _) = kv.map_err(|e| self.err(e))?;
-            out.extend(tail_id(&k));
+            out.extend(tail_id(&kv?.0));
         }
         Ok(out)
     }
 
     fn count(&self, state: PlanState) -> Result<u64, StoreError> {
-        let mut n = 0;
-        for kv in self.tree.scan_prefix([b's', state_byte(state)]) {
-            kv.map_err(|e| self.err(e))?;
-            n += 1;
-        }
-        Ok(n)
+        Ok(self.counts()[state_index(state)])
     }
 
     fn after_sync(&self, then: AfterSync) {
@@ -244,5 +392,176 @@ impl PlanStore for SledPlanStore {
 
     fn size_on_disk(&self) -> u64 {
         self.store.size_on_disk()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plans::model::{StepAction, StepRecord};
+    use crate::store::testutil::{crash_copy, open_no_checkpoint, wait_durable};
+    use flyto_protocol::StepState;
+    use std::path::Path;
+
+    fn plan(id: u64, state: PlanState) -> PlanRecord {
+        PlanRecord {
+            id,
+            name: None,
+            state,
+            reason: None,
+            created_ms: id,
+            started_ms: None,
+            finished_ms: state.is_terminal().then_some(1000 + id),
+            revision: 1,
+            idempotency_key: Some(format!("key-{id}")),
+            steps: vec![StepRecord {
+                id: "main".into(),
+                action: StepAction::Run {
+                    command: "true".into(),
+                },
+                deps: vec![],
+                timeout_secs: 60,
+                max_attempts: 1,
+                workdir: "/".into(),
+                state: StepState::Pending,
+                attempts: 0,
+                started_ms: None,
+                finished_ms: None,
+                exit_code: None,
+                error: None,
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                pgid: None,
+                has_log: false,
+            }],
+        }
+    }
+
+    fn counts(s: &SledPlanStore) -> [u64; 5] {
+        STATES.map(|st| s.count(st).unwrap())
+    }
+
+    /// What the state index says, counted entry by entry.
+    fn index_counts(s: &SledPlanStore) -> [u64; 5] {
+        STATES.map(|st| {
+            s.store
+                .scan_prefix(&s.tree, &[b's', state_byte(st)], false)
+                .count() as u64
+        })
+    }
+
+    /// 5 plans: p1 pending, p2 running, p3 succeeded, p4 failed then
+    /// deleted, p5 cancelled → [1, 1, 1, 0, 1].
+    fn fill(s: &SledPlanStore) {
+        use PlanState::*;
+        for id in 1..=5 {
+            s.put(&plan(id, Pending), None).unwrap();
+        }
+        s.put(&plan(2, Running), Some(Pending)).unwrap();
+        for (id, end) in [(3, Succeeded), (4, Failed)] {
+            s.put(&plan(id, Running), Some(Pending)).unwrap();
+            s.put(&plan(id, end), Some(Running)).unwrap();
+        }
+        s.put(&plan(5, Cancelled), Some(Pending)).unwrap();
+        // Rewriting a plan in the same state changes no count.
+        s.put(&plan(5, Cancelled), Some(Cancelled)).unwrap();
+        s.delete(&plan(4, Failed)).unwrap();
+    }
+
+    const FILLED: [u64; 5] = [1, 1, 1, 0, 1];
+
+    fn open(dir: &Path) -> (Store, SledPlanStore) {
+        let store = open_no_checkpoint(dir);
+        let plans = SledPlanStore::open(store.clone()).unwrap();
+        (store, plans)
+    }
+
+    #[test]
+    fn counts_follow_every_write_without_scanning() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, s) = open(&tmp.path().join("db"));
+        assert_eq!(counts(&s), [0; 5]);
+        fill(&s);
+        assert_eq!(counts(&s), FILLED);
+        assert_eq!(index_counts(&s), FILLED);
+        assert_eq!(s.get(4).unwrap(), None);
+        assert_eq!(s.find_idempotent("key-4").unwrap(), None);
+        assert_eq!(s.find_idempotent("key-3").unwrap(), Some(3));
+        assert_eq!(s.next_id().unwrap(), 6);
+        assert_eq!(
+            s.list(None, 10)
+                .unwrap()
+                .iter()
+                .map(|p| p.id)
+                .collect::<Vec<_>>(),
+            vec![5, 3, 2, 1]
+        );
+        store.sync_blocking().unwrap();
+        drop((s, store));
+        let (_store, s) = open(&tmp.path().join("db"));
+        assert_eq!(counts(&s), FILLED);
+    }
+
+    #[test]
+    fn counts_survive_a_crash_together_with_the_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+        let (store, s) = open(&live);
+        fill(&s);
+        wait_durable(&store);
+        crash_copy(&live, &crashed);
+        drop((s, store));
+        let (store, s) = open(&crashed);
+        assert!(store.recovery().replayed > 0, "{:?}", store.recovery());
+        assert_eq!(counts(&s), FILLED);
+        assert_eq!(index_counts(&s), FILLED);
+    }
+
+    #[test]
+    fn a_cached_finished_plan_is_forgotten_when_it_changes_or_goes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_store, s) = open(&tmp.path().join("db"));
+        s.put(&plan(1, PlanState::Pending), None).unwrap();
+        let mut done = plan(1, PlanState::Failed);
+        s.put(&done, Some(PlanState::Pending)).unwrap();
+        assert_eq!(s.get(1).unwrap().as_ref(), Some(&done));
+        // Served from the cache now; a rewrite replaces it.
+        assert_eq!(s.get(1).unwrap().as_ref(), Some(&done));
+        done.reason = Some("rewritten".into());
+        done.revision += 1;
+        s.put(&done, Some(PlanState::Failed)).unwrap();
+        assert_eq!(s.get(1).unwrap().as_ref(), Some(&done));
+        s.delete(&done).unwrap();
+        assert_eq!(s.get(1).unwrap(), None);
+        assert_eq!(counts(&s), [0; 5]);
+    }
+
+    #[test]
+    fn a_database_without_counts_gets_them_from_the_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        let (store, s) = open(&dir);
+        fill(&s);
+        // As written by a flytod without counts.
+        let mut b = Batch::new();
+        for st in STATES {
+            b.remove(count_key(st));
+        }
+        store.apply(&s.tree, &b).unwrap();
+        store.sync_blocking().unwrap();
+        drop((s, store));
+        let (store, s) = open(&dir);
+        assert_eq!(counts(&s), FILLED);
+        store.sync_blocking().unwrap();
+        drop((s, store));
+        // And they were stored.
+        let (_store, s) = open(&dir);
+        assert_eq!(
+            s.tree
+                .get(count_key(PlanState::Running))
+                .unwrap()
+                .as_deref(),
+            Some(&1u64.to_be_bytes()[..])
+        );
     }
 }

@@ -20,8 +20,9 @@ pub fn encode_record<T: Serialize>(format_version: u32, record: &T) -> Vec<u8> {
 
 /// Decodes a record written with `format_version <= supported`. Older
 /// versions are handed to `migrate`, which returns the current record.
+/// `key` names the record in errors; it is only formatted on an error.
 pub fn decode_record<T: DeserializeOwned>(
-    key: &str,
+    key: impl std::fmt::Display,
     bytes: &[u8],
     supported: u32,
     migrate: impl FnOnce(u32, &[u8]) -> Result<T, String>,

@@ -8,8 +8,19 @@
 //! **Invariant**: a tool's future stops its work (and kills its process
 //! group) when the context's cancellation token fires.
 
+pub mod bash;
+pub mod builtin;
+pub mod edit;
 pub mod env;
+pub mod fs_guard;
+pub mod glob;
+pub mod grep;
+pub mod policy;
 pub mod process;
+pub mod read;
+pub mod secrets;
+pub mod shell;
+pub mod write;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
-//! flyto-bench: control-plane benchmarks against the real release `flytod`.
+//! flyto-bench: control-plane and agent-session benchmarks against the
+//! real release `flytod`.
 //!
 //! It prints figures next to a baseline measured in the same run, and the
 //! ratio to the target; it asserts nothing (exit 0 unless setup fails).
@@ -6,6 +7,7 @@
 //! ```text
 //! cargo build --release --workspace --bins
 //! cargo run --release -p flyto-tests --bin flyto-bench -- control-plane
+//! cargo run --release -p flyto-tests --bin flyto-bench -- sessions
 //! ```
 
 // Bench code: a panic is how a setup step fails, with its message.
@@ -24,6 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+#[path = "../bench/sessions.rs"]
+mod sessions;
+#[path = "../bench/stream_server.rs"]
+mod stream_server;
+
 const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: run \
 `cargo build --release --workspace --bins` first, then \
 `cargo run --release -p flyto-tests --bin flyto-bench -- control-plane`";
@@ -31,10 +38,10 @@ const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: r
 #[derive(Parser)]
 #[command(
     name = "flyto-bench",
-    about = "Control-plane benchmarks of flytod, each next to a baseline measured in the same run.",
+    about = "Control-plane and session benchmarks of flytod, each next to a baseline measured in the same run.",
     after_help = "Needs the release flytod and flytoctl next to this binary: run \
 `cargo build --release --workspace --bins` first, then \
-`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane`.\n\
+`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, or `all`).\n\
 Prints figures, baselines and ratios to the targets (one grep-able line each); \
 asserts nothing. Exit 0, or 1 if setup fails."
 )]
@@ -54,6 +61,22 @@ struct Cli {
     /// Terminal plans stored for the memory and start-up figures.
     #[arg(long, global = true, default_value_t = 100_000)]
     plans: usize,
+    /// sessions: concurrent agent runs for the CPU and peak RSS figures.
+    #[arg(long, global = true, default_value_t = 1_000)]
+    runs: usize,
+    /// sessions: text deltas each run streams before its tool call.
+    #[arg(long, global = true, default_value_t = 500)]
+    deltas: usize,
+    /// sessions: milliseconds between two deltas of one stream (0: back to
+    /// back).
+    #[arg(long, global = true, default_value_t = 10)]
+    delta_interval_ms: u64,
+    /// sessions: runs cancelled for the cancel latency figure.
+    #[arg(long, global = true, default_value_t = 200)]
+    cancels: usize,
+    /// sessions: stored idle sessions for the idle RSS figure.
+    #[arg(long, global = true, default_value_t = 10_000)]
+    sessions: usize,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -63,7 +86,11 @@ enum Bench {
     /// plan_status latency, submit_plan durable acks/s, memory and start-up
     /// time with many stored plans.
     ControlPlane,
-    /// Every benchmark (today: control-plane).
+    /// Agent sessions: CPU per streamed delta against a bare reqwest+SSE
+    /// reader, peak RSS under concurrent runs, cancel latency, idle RSS per
+    /// stored session.
+    Sessions,
+    /// Every benchmark: control-plane, then sessions.
     All,
     /// Only the plan_status latency part of control-plane.
     PlanStatus,
@@ -79,13 +106,23 @@ enum Bench {
         #[arg(long)]
         reply_bytes: Option<usize>,
     },
+    /// The fake OpenAI-compatible provider of `sessions`, on 127.0.0.1.
+    #[command(hide = true)]
+    StreamServer,
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.bench {
         Bench::EchoServer { path, reply_bytes } => echo_server(path, *reply_bytes),
-        Bench::ControlPlane | Bench::All => check_binaries().and_then(|()| control_plane(&cli)),
+        Bench::StreamServer => {
+            stream_server::main(cli.deltas, Duration::from_millis(cli.delta_interval_ms))
+        }
+        Bench::ControlPlane => check_binaries().and_then(|()| control_plane(&cli)),
+        Bench::Sessions => check_binaries().and_then(|()| sessions::run(&sessions_args(&cli))),
+        Bench::All => check_binaries()
+            .and_then(|()| control_plane(&cli))
+            .and_then(|()| sessions::run(&sessions_args(&cli))),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
             plan_status_latency(&cli)
@@ -105,6 +142,16 @@ fn main() -> std::process::ExitCode {
             eprintln!("flyto-bench: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+fn sessions_args(cli: &Cli) -> sessions::Args {
+    sessions::Args {
+        runs: cli.runs,
+        deltas: cli.deltas,
+        interval: Duration::from_millis(cli.delta_interval_ms),
+        cancels: cli.cancels,
+        sessions: cli.sessions,
     }
 }
 

@@ -1,0 +1,180 @@
+//! Runs an `agent` step: a prompt sent to a session (a new one per step, or
+//! the named one) through the session room's actor messages, followed to
+//! the end of its run. Cancel and timeout cancel the session's run.
+
+use crate::plans::Reject;
+use crate::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg};
+use crate::tools::process::{CancelReason, Exit, Outcome};
+use flyto_protocol::SessionEvent;
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub struct AgentStep {
+    pub prompt: String,
+    /// A named session to use (created if missing); a new one otherwise.
+    pub session: Option<String>,
+    pub workdir: String,
+    pub chain: String,
+    pub timeout: Duration,
+}
+
+fn failed(message: String) -> Outcome {
+    Outcome {
+        exit: Exit::SpawnFailed(message),
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        log_truncated: false,
+    }
+}
+
+async fn ask<M: Send + 'static, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> M,
+) -> Result<T, String> {
+    match actor.call(build, Some(Duration::from_secs(60))).await {
+        Ok(CallResult::Success(Ok(v))) => Ok(v),
+        Ok(CallResult::Success(Err(r))) => Err(r.message),
+        _ => Err("the session manager did not answer; see the daemon log".into()),
+    }
+}
+
+pub async fn run(
+    step: AgentStep,
+    mut cancel: oneshot::Receiver<CancelReason>,
+    tail_max: usize,
+) -> Outcome {
+    let Some(cell) = ractor::registry::where_is(SESSION_MANAGER_NAME.into()) else {
+        return failed("the session manager is not running; see the daemon log".into());
+    };
+    let manager: ActorRef<ManagerMsg> = cell.into();
+    let id = match step.session {
+        Some(name) => {
+            let workdir = step.workdir.clone();
+            ask(&manager, |reply| ManagerMsg::ByName {
+                name,
+                workdir,
+                reply,
+            })
+            .await
+        }
+        None => {
+            let chain = step.chain.clone();
+            let workdir = step.workdir.clone();
+            ask(&manager, |reply| ManagerMsg::New {
+                name: None,
+                workdir: Some(workdir),
+                model: None,
+                chain: Some((chain, 1)),
+                reply,
+            })
+            .await
+            .map(|v| v.id)
+        }
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(m) => return failed(m),
+    };
+    let session = match ask(&manager, |reply| ManagerMsg::Get {
+        id: id.clone(),
+        reply,
+    })
+    .await
+    {
+        Ok(s) => s,
+        Err(m) => return failed(m),
+    };
+    let prompt = step.prompt;
+    let mut sub = match ask(&session, |reply| SessionMsg::Send {
+        text: prompt,
+        reply,
+    })
+    .await
+    {
+        Ok(s) => s,
+        Err(m) => return failed(m),
+    };
+    let deadline = tokio::time::sleep(step.timeout);
+    tokio::pin!(deadline);
+    let mut stop: Option<Exit> = None;
+    let mut text = String::new();
+    let (mut tokens_in, mut tokens_out, mut cost) = (0u64, 0u64, 0f64);
+    loop {
+        let event = tokio::select! {
+            reason = &mut cancel, if stop.is_none() => {
+                stop = Some(Exit::Cancelled(reason.unwrap_or(CancelReason::Shutdown)));
+                let _ = session.call(|reply| SessionMsg::Cancel { reply }, Some(Duration::from_secs(10))).await;
+                continue;
+            }
+            _ = &mut deadline, if stop.is_none() => {
+                stop = Some(Exit::TimedOut);
+                let _ = session.call(|reply| SessionMsg::Cancel { reply }, Some(Duration::from_secs(10))).await;
+                continue;
+            }
+            event = sub.rx.recv() => event,
+        };
+        let event = match event {
+            Ok((_, e)) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return failed(format!("session {id} stopped before its run ended"));
+            }
+        };
+        match event {
+            SessionEvent::LlmStart { .. } | SessionEvent::Restart { .. } => text.clear(),
+            SessionEvent::Text { delta } => text.push_str(&delta),
+            SessionEvent::LlmEnd {
+                input_tokens,
+                output_tokens,
+                cost_usd,
+                ..
+            } => {
+                tokens_in += input_tokens;
+                tokens_out += output_tokens;
+                cost += cost_usd;
+            }
+            SessionEvent::Done { message, .. } => {
+                let usage = format!(
+                    "session {id}: {tokens_in} tokens in, {tokens_out} out, ${cost:.4}{}{message}",
+                    if message.is_empty() { "" } else { "; " }
+                );
+                return Outcome {
+                    exit: stop.unwrap_or(Exit::Code(0)),
+                    stdout_tail: tail(&text, tail_max),
+                    stderr_tail: usage,
+                    log_truncated: false,
+                };
+            }
+            SessionEvent::Cancelled { .. } => {
+                return Outcome {
+                    exit: stop.unwrap_or(Exit::Cancelled(CancelReason::User)),
+                    stdout_tail: tail(&text, tail_max),
+                    stderr_tail: format!("session {id}: run cancelled"),
+                    log_truncated: false,
+                };
+            }
+            SessionEvent::Error { message } => {
+                return match stop {
+                    Some(exit) => Outcome {
+                        exit,
+                        stdout_tail: tail(&text, tail_max),
+                        stderr_tail: message,
+                        log_truncated: false,
+                    },
+                    None => failed(format!("session {id}: {message}")),
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+fn tail(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_string()
+}

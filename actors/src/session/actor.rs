@@ -1,0 +1,279 @@
+//! The SessionActor: one live session. It accepts a message and starts a
+//! run (a task it owns), answers `Conflict` while one is active, cancels it
+//! on request, hands out event subscriptions, and stops when idle.
+
+use super::SessionDeps;
+use super::model::{SessionRecord, SessionStatus, format_id, message_view};
+use super::run::{self, Emitter};
+use crate::llm::{Block, Message, Role};
+use crate::plans::Reject;
+use flyto_protocol::{ErrorCode, MessageView, SessionEvent, SessionView};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+pub struct Subscription {
+    pub rx: broadcast::Receiver<(u64, SessionEvent)>,
+}
+
+/// A session, its recent messages, and a subscription to what comes next.
+pub type Snapshot = (SessionView, Vec<MessageView>, Subscription);
+
+pub enum SessionMsg {
+    /// Append a user message and start a run. The reply carries a
+    /// subscription taken before the run starts, so nothing is missed.
+    Send {
+        text: String,
+        reply: RpcReplyPort<Result<Subscription, Reject>>,
+    },
+    /// Answers whether a run was cancelled.
+    Cancel {
+        reply: RpcReplyPort<bool>,
+    },
+    /// The session and its last `recent` messages, plus live events.
+    Attach {
+        recent: u64,
+        reply: RpcReplyPort<Result<Snapshot, Reject>>,
+    },
+    View {
+        reply: RpcReplyPort<SessionView>,
+    },
+    RunFinished(run::Finished),
+    IdleCheck,
+}
+
+pub struct SessionActor;
+
+pub struct SessionArgs {
+    pub id: u64,
+    pub deps: Arc<SessionDeps>,
+}
+
+pub struct SessionState {
+    deps: Arc<SessionDeps>,
+    rec: SessionRecord,
+    run: Option<CancellationToken>,
+    emit: Emitter,
+    last_active_ms: u64,
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SessionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let Some(rec) = args.deps.store.get(args.id)? else {
+            return Err(format!("no session {}", format_id(args.id)).into());
+        };
+        let rec = recover(&args.deps, rec)?;
+        let state = SessionState {
+            last_active_ms: args.deps.clock.now_ms(),
+            deps: args.deps,
+            rec,
+            run: None,
+            emit: Emitter::new(),
+        };
+        myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // An actor that dies mid-run takes its run down with it; the record
+        // still says `running`, and the next start repairs it.
+        if let Some(cancel) = state.run.take() {
+            cancel.cancel();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if !matches!(msg, SessionMsg::IdleCheck) {
+            state.last_active_ms = state.deps.clock.now_ms();
+        }
+        match msg {
+            SessionMsg::Send { text, reply } => {
+                let answer = state.start(text, &myself);
+                match answer {
+                    Ok(sub) => {
+                        // Answer once the user's message is durable.
+                        state.deps.store.after_sync(Box::new(move |synced| {
+                            let _ = reply.send(synced.map(|_| sub).map_err(|e| {
+                                Reject::new(
+                                    ErrorCode::Internal,
+                                    format!("cannot store the message: {e}"),
+                                )
+                            }));
+                        }));
+                    }
+                    Err(r) => {
+                        let _ = reply.send(Err(r));
+                    }
+                }
+            }
+            SessionMsg::Cancel { reply } => {
+                let running = state.run.as_ref().is_some_and(|c| {
+                    c.cancel();
+                    true
+                });
+                let _ = reply.send(running);
+            }
+            SessionMsg::Attach { recent, reply } => {
+                let rx = state.emit.tx.subscribe();
+                let from = state.rec.next_idx.saturating_sub(recent);
+                let answer = state
+                    .deps
+                    .store
+                    .messages(state.rec.id, from)
+                    .map(|ms| {
+                        let views = ms.iter().map(|(i, m)| message_view(*i, m)).collect();
+                        (state.view(), views, Subscription { rx })
+                    })
+                    .map_err(Reject::internal);
+                let _ = reply.send(answer);
+            }
+            SessionMsg::View { reply } => {
+                let _ = reply.send(state.view());
+            }
+            SessionMsg::RunFinished(finished) => {
+                state.rec = finished.record;
+                state.run = None;
+                myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
+            }
+            SessionMsg::IdleCheck => {
+                let idle_for = state
+                    .deps
+                    .clock
+                    .now_ms()
+                    .saturating_sub(state.last_active_ms);
+                let idle_stop = state.deps.config().idle_stop.as_millis() as u64;
+                if state.run.is_none()
+                    && state.emit.tx.receiver_count() == 0
+                    && idle_for + 1 >= idle_stop
+                {
+                    myself.stop(Some("idle".into()));
+                } else if state.run.is_none() {
+                    // Busy since the check was set (or someone listens):
+                    // look again when the idle time could have run out.
+                    let wait = idle_stop.saturating_sub(idle_for).max(1000);
+                    myself.send_after(std::time::Duration::from_millis(wait), || {
+                        SessionMsg::IdleCheck
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SessionState {
+    fn view(&self) -> SessionView {
+        self.rec.view(self.run.is_some())
+    }
+
+    fn start(
+        &mut self,
+        text: String,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<Subscription, Reject> {
+        if self.run.is_some() {
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "session {} is already running: wait for it to finish, or cancel it with `flytoctl session_cancel {}`",
+                    format_id(self.rec.id),
+                    format_id(self.rec.id)
+                ),
+            ));
+        }
+        if text.trim().is_empty() {
+            return Err(Reject::new(
+                ErrorCode::BadRequest,
+                "the message is empty: say what the agent should do",
+            ));
+        }
+        // Fail fast (before storing anything) when no model is configured.
+        self.deps
+            .models()
+            .route(&self.rec.model)
+            .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
+        self.rec.status = SessionStatus::Running;
+        self.rec.error = None;
+        self.rec.next_idx += 1;
+        self.rec.updated_ms = self.deps.clock.now_ms();
+        self.deps
+            .store
+            .save(&self.rec, &[Message::user_text(text)], false)
+            .map_err(Reject::internal)?;
+        let sub = Subscription {
+            rx: self.emit.tx.subscribe(),
+        };
+        let cancel = CancellationToken::new();
+        self.run = Some(cancel.clone());
+        let deps = self.deps.clone();
+        let rec = self.rec.clone();
+        let emit = self.emit.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let finished = run::run(deps, rec, cancel, emit).await;
+            let _ = me.cast(SessionMsg::RunFinished(finished));
+        });
+        Ok(sub)
+    }
+}
+
+/// A session found `running` belongs to a run that died with the daemon
+/// (or its actor): answer its unanswered tool calls and mark it interrupted.
+pub fn recover(
+    deps: &SessionDeps,
+    mut rec: SessionRecord,
+) -> Result<SessionRecord, ActorProcessingErr> {
+    if rec.status != SessionStatus::Running {
+        return Ok(rec);
+    }
+    let last = rec.next_idx.saturating_sub(1);
+    let tail = deps.store.messages(rec.id, last)?;
+    let mut repair = Vec::new();
+    if let Some((_, m)) = tail.last()
+        && m.role == Role::Assistant
+    {
+        let results: Vec<Block> = m
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, .. } => Some(Block::ToolResult {
+                    call_id: id.clone(),
+                    content: "[interrupted: flytod stopped before this tool call finished]".into(),
+                    is_error: true,
+                }),
+                _ => None,
+            })
+            .collect();
+        if !results.is_empty() {
+            repair.push(Message {
+                role: Role::User,
+                content: results,
+            });
+        }
+    }
+    rec.next_idx += repair.len() as u64;
+    rec.status = SessionStatus::Error;
+    rec.error = Some("interrupted: flytod stopped during a run; send a message to continue".into());
+    rec.updated_ms = deps.clock.now_ms();
+    deps.store.save(&rec, &repair, false)?;
+    Ok(rec)
+}

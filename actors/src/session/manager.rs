@@ -1,0 +1,314 @@
+//! The SessionManager: creates sessions, maps ids to live SessionActors
+//! (spawning them on demand, linked to itself) and forgets actors that
+//! stopped. At start it repairs sessions a crash left `running`.
+
+use super::SessionDeps;
+use super::actor::{SessionActor, SessionArgs, SessionMsg, recover};
+use super::model::{SessionRecord, SessionStatus, format_id, message_view, parse_id};
+use crate::llm::Usage;
+use crate::plans::Reject;
+use flyto_protocol::{ErrorCode, MessageView, SessionView};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub const SESSION_MANAGER_NAME: &str = "flyto.sessions";
+
+pub enum ManagerMsg {
+    New {
+        name: Option<String>,
+        workdir: Option<String>,
+        model: Option<String>,
+        /// Chain id and depth for sessions started by plans.
+        chain: Option<(String, u32)>,
+        reply: RpcReplyPort<Result<SessionView, Reject>>,
+    },
+    /// The live actor of a session, started if needed.
+    Get {
+        id: String,
+        reply: RpcReplyPort<Result<ActorRef<SessionMsg>, Reject>>,
+    },
+    /// A session by name (for plans that name one), created if missing.
+    ByName {
+        name: String,
+        workdir: String,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
+    List {
+        reply: RpcReplyPort<Result<Vec<SessionView>, Reject>>,
+    },
+    History {
+        id: String,
+        reply: RpcReplyPort<Result<(SessionView, Vec<MessageView>), Reject>>,
+    },
+    Totals {
+        reply: RpcReplyPort<Result<SessionTotals, Reject>>,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionTotals {
+    pub sessions: u64,
+    pub running: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+}
+
+pub struct SessionManager;
+
+pub struct ManagerState {
+    deps: Arc<SessionDeps>,
+    live: HashMap<u64, ActorRef<SessionMsg>>,
+    next_id: u64,
+}
+
+fn not_found(id: &str) -> Reject {
+    Reject::new(
+        ErrorCode::NotFound,
+        format!("no session `{id}`: `flytoctl session_list` shows the sessions that exist"),
+    )
+}
+
+impl Actor for SessionManager {
+    type Msg = ManagerMsg;
+    type State = ManagerState;
+    type Arguments = Arc<SessionDeps>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        deps: Arc<SessionDeps>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        for rec in deps.store.list()? {
+            if rec.status == SessionStatus::Running {
+                tracing::warn!(session = %format_id(rec.id), "repairing a session interrupted mid-run");
+                recover(&deps, rec)?;
+            }
+        }
+        Ok(ManagerState {
+            next_id: deps.store.next_id()?,
+            deps,
+            live: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ManagerMsg::New {
+                name,
+                workdir,
+                model,
+                chain,
+                reply,
+            } => {
+                let answer = state.create(name, workdir, model, chain);
+                match answer {
+                    Ok(view) => state.deps.store.after_sync(Box::new(move |synced| {
+                        let _ = reply.send(synced.map(|_| view).map_err(Reject::internal));
+                    })),
+                    Err(r) => {
+                        let _ = reply.send(Err(r));
+                    }
+                }
+            }
+            ManagerMsg::Get { id, reply } => {
+                let answer = state.get(&id, &myself).await;
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::ByName {
+                name,
+                workdir,
+                reply,
+            } => {
+                let existing = state
+                    .deps
+                    .store
+                    .list()
+                    .map_err(Reject::internal)
+                    .map(|all| {
+                        all.into_iter()
+                            .find(|r| r.name.as_deref() == Some(name.as_str()))
+                            .map(|r| format_id(r.id))
+                    });
+                let answer = match existing {
+                    Ok(Some(id)) => Ok(id),
+                    Ok(None) => state
+                        .create(Some(name), Some(workdir), None, None)
+                        .map(|v| v.id),
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::List { reply } => {
+                let answer = state
+                    .deps
+                    .store
+                    .list()
+                    .map(|all| {
+                        all.iter()
+                            .map(|r| r.view(r.status == SessionStatus::Running))
+                            .collect()
+                    })
+                    .map_err(Reject::internal);
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::History { id, reply } => {
+                let answer = state.history(&id);
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::Totals { reply } => {
+                let answer = state
+                    .deps
+                    .store
+                    .list()
+                    .map(|all| {
+                        let mut t = SessionTotals {
+                            sessions: all.len() as u64,
+                            ..SessionTotals::default()
+                        };
+                        for r in &all {
+                            t.usage.add(&r.usage);
+                            t.cost_usd += r.cost_usd;
+                            t.running += u64::from(r.status == SessionStatus::Running);
+                        }
+                        t
+                    })
+                    .map_err(Reject::internal);
+                let _ = reply.send(answer);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let cell: ActorCell = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => cell,
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::error!("session actor failed: {err}");
+                cell
+            }
+            _ => return Ok(()),
+        };
+        state.live.retain(|_, r| r.get_id() != cell.get_id());
+        Ok(())
+    }
+}
+
+impl ManagerState {
+    fn create(
+        &mut self,
+        name: Option<String>,
+        workdir: Option<String>,
+        model: Option<String>,
+        chain: Option<(String, u32)>,
+    ) -> Result<SessionView, Reject> {
+        let config = self.deps.config();
+        let workdir = workdir.unwrap_or(config.default_workdir);
+        let path = Path::new(&workdir);
+        if !path.is_absolute() || !path.is_dir() {
+            return Err(Reject::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "workdir {workdir} is not an existing absolute directory: create it or pass another --workdir"
+                ),
+            ));
+        }
+        let model = model.unwrap_or(config.default_model);
+        self.deps
+            .models()
+            .route(&model)
+            .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
+        if let Some(n) = &name
+            && (n.is_empty() || n.len() > 128)
+        {
+            return Err(Reject::new(
+                ErrorCode::BadRequest,
+                "a session name must be 1 to 128 bytes",
+            ));
+        }
+        let id = self.next_id;
+        let now = self.deps.clock.now_ms();
+        let (chain, depth) = chain.unwrap_or_else(|| (format_id(id), 0));
+        let rec = SessionRecord {
+            id,
+            name,
+            workdir,
+            model,
+            status: SessionStatus::Idle,
+            error: None,
+            next_idx: 0,
+            context_base_idx: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            runs: 0,
+            chain,
+            depth,
+        };
+        self.deps
+            .store
+            .save(&rec, &[], true)
+            .map_err(Reject::internal)?;
+        self.next_id += 1;
+        Ok(rec.view(false))
+    }
+
+    async fn get(
+        &mut self,
+        id: &str,
+        myself: &ActorRef<ManagerMsg>,
+    ) -> Result<ActorRef<SessionMsg>, Reject> {
+        let n = parse_id(id).ok_or_else(|| not_found(id))?;
+        if let Some(r) = self.live.get(&n) {
+            return Ok(r.clone());
+        }
+        if self.deps.store.get(n).map_err(Reject::internal)?.is_none() {
+            return Err(not_found(id));
+        }
+        let (actor, _) = Actor::spawn_linked(
+            None,
+            SessionActor,
+            SessionArgs {
+                id: n,
+                deps: self.deps.clone(),
+            },
+            myself.get_cell(),
+        )
+        .await
+        .map_err(|e| Reject::internal(format!("cannot start session {id}: {e}")))?;
+        self.live.insert(n, actor.clone());
+        Ok(actor)
+    }
+
+    fn history(&self, id: &str) -> Result<(SessionView, Vec<MessageView>), Reject> {
+        let n = parse_id(id).ok_or_else(|| not_found(id))?;
+        let rec = self
+            .deps
+            .store
+            .get(n)
+            .map_err(Reject::internal)?
+            .ok_or_else(|| not_found(id))?;
+        let messages = self
+            .deps
+            .store
+            .messages(n, 0)
+            .map_err(Reject::internal)?
+            .iter()
+            .map(|(i, m)| message_view(*i, m))
+            .collect();
+        let running = self.live.contains_key(&n) && rec.status == SessionStatus::Running;
+        Ok((rec.view(running), messages))
+    }
+}

@@ -1,0 +1,85 @@
+//! session: agent sessions. The `SessionManager` maps session ids to
+//! `SessionActor`s, spawning them on demand and letting idle ones stop; a
+//! session's state lives in sled (`store.rs`), not in the actor. A
+//! `SessionActor` owns at most one run, a task it can cancel (`run.rs`):
+//! the ReAct loop over the provider layer (`crate::llm`) and the tools
+//! (`crate::tools`, through `orchestrator.rs`), with the transcript
+//! repaired by `normalize.rs` before every provider call.
+//!
+//! **Invariant**: during a run only the run task writes the session's
+//! record and messages; outside a run only the actor does.
+//! **Invariant**: a stored transcript never ends with a tool call without
+//! its result — cancel writes `[cancelled by user]` results, recovery after
+//! a crash writes `interrupted` results.
+//! It never sees a connection; the daemon translates requests.
+
+pub mod actor;
+pub mod manager;
+pub mod model;
+pub mod normalize;
+pub mod orchestrator;
+pub mod run;
+pub mod store;
+
+pub use actor::{SessionActor, SessionMsg, Subscription};
+pub use manager::{ManagerMsg, SESSION_MANAGER_NAME, SessionManager};
+pub use store::{SessionStore, SledSessionStore};
+
+use crate::clock::Clock;
+use crate::llm::{LlmClient, Models};
+use crate::tools::Registry;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Model calls per run before it stops (a backstop).
+    pub max_iterations: u32,
+    /// Stop a run whose provider cost passes this (USD); 0 = no limit.
+    pub max_run_cost_usd: f64,
+    /// Automatic "continue" requests after a reply hit its output limit.
+    pub max_continuations: u32,
+    /// An actor with no run and no listener stops after this long.
+    pub idle_stop: Duration,
+    pub default_workdir: String,
+    /// Profile or role used when a session names none.
+    pub default_model: String,
+    /// Given to tool processes as `FLYTO_PLAN_SOCK`.
+    pub plan_socket: String,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            max_iterations: 50,
+            max_run_cost_usd: 0.0,
+            max_continuations: 3,
+            idle_stop: Duration::from_secs(600),
+            default_workdir: std::env::var("HOME").unwrap_or_else(|_| "/".into()),
+            default_model: "main".into(),
+            plan_socket: String::new(),
+        }
+    }
+}
+
+/// What every session actor and run shares.
+pub struct SessionDeps {
+    pub store: Arc<dyn SessionStore>,
+    pub llm: LlmClient,
+    pub models: RwLock<Arc<Models>>,
+    pub tools: Registry,
+    pub config: RwLock<SessionConfig>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SessionDeps {
+    pub fn config(&self) -> SessionConfig {
+        self.config.read().map(|c| c.clone()).unwrap_or_default()
+    }
+    pub fn models(&self) -> Arc<Models> {
+        self.models
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|_| Arc::new(Models::default()))
+    }
+}

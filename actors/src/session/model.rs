@@ -1,0 +1,108 @@
+//! Session and message records as stored, and how they look to clients.
+
+use crate::llm::{Block, Message, Role, Usage};
+use flyto_protocol::{BlockView, MessageView, SessionView};
+use serde::{Deserialize, Serialize};
+
+/// Bump with a migration in `store.rs` when a record's shape changes.
+pub const SESSION_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionStatus {
+    Idle,
+    Running,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: u64,
+    pub name: Option<String>,
+    pub workdir: String,
+    /// Profile name, or a role (`main`, `fast`) resolved at each run.
+    pub model: String,
+    pub status: SessionStatus,
+    pub error: Option<String>,
+    /// Number of stored messages; the next message gets this index.
+    pub next_idx: u64,
+    pub context_base_idx: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// Runs started so far.
+    pub runs: u64,
+    pub chain: String,
+    pub depth: u32,
+}
+
+/// Session ids are `s<number>`.
+pub fn format_id(id: u64) -> String {
+    format!("s{id}")
+}
+
+pub fn parse_id(s: &str) -> Option<u64> {
+    s.strip_prefix('s')?.parse().ok()
+}
+
+impl SessionRecord {
+    pub fn view(&self, running: bool) -> SessionView {
+        SessionView {
+            id: format_id(self.id),
+            name: self.name.clone(),
+            workdir: self.workdir.clone(),
+            model: self.model.clone(),
+            status: match (self.status, running) {
+                (_, true) | (SessionStatus::Running, _) => "running".into(),
+                (SessionStatus::Idle, false) => "idle".into(),
+                (SessionStatus::Error, false) => "error".into(),
+            },
+            error: self.error.clone(),
+            messages: self.next_idx,
+            context_base_idx: self.context_base_idx,
+            input_tokens: self.usage.input_tokens,
+            output_tokens: self.usage.output_tokens,
+            cost_usd: self.cost_usd,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            chain: self.chain.clone(),
+            depth: self.depth,
+        }
+    }
+}
+
+pub fn message_view(idx: u64, m: &Message) -> MessageView {
+    MessageView {
+        idx,
+        role: match m.role {
+            Role::User => "user".into(),
+            Role::Assistant => "assistant".into(),
+        },
+        blocks: m
+            .content
+            .iter()
+            .map(|b| match b {
+                Block::Text { text } => BlockView::Text { text: text.clone() },
+                Block::Thinking { text, .. } => BlockView::Thinking { text: text.clone() },
+                Block::ToolUse {
+                    id,
+                    name,
+                    arguments_json,
+                } => BlockView::ToolUse {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments_json.clone(),
+                },
+                Block::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                } => BlockView::ToolResult {
+                    call_id: call_id.clone(),
+                    content: content.clone(),
+                    is_error: *is_error,
+                },
+            })
+            .collect(),
+    }
+}

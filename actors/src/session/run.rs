@@ -1,0 +1,451 @@
+//! One run of the agent loop: a task owned by the session actor. It calls
+//! the model, streams events, runs tool calls, persists every message it
+//! produces, and stops on end of turn, cancel, error or one of the guards,
+//! always saying how to continue.
+
+use super::SessionDeps;
+use super::model::{SessionRecord, SessionStatus, format_id};
+use super::normalize::normalize;
+use super::orchestrator::{OrchestratorEvent, run_calls};
+use crate::llm::{
+    Assembled, Block, ChatRequest, LlmError, Message, Role, StopReason, StreamEvent, ToolSpec,
+};
+use crate::tools::ToolContext;
+use crate::tools::env::child_env;
+use flyto_protocol::SessionEvent;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+const BASE_PROMPT: &str = "You are Flyto, an agent working for the user on their Linux machine while they do something else. \
+Work in the given working directory with your tools: read, write and edit files, search with glob and grep, run shell commands with bash. \
+Be careful with destructive commands. When the task is done, answer with a short summary of what you did and what is left.";
+
+/// Consecutive model calls without new output before the run stops.
+const STALL_LIMIT: u32 = 8;
+/// The same tool call with the same result: warn at the soft limit, stop at
+/// the hard one.
+const REPEAT_SOFT: u32 = 2;
+const REPEAT_HARD: u32 = 4;
+
+/// Hands out sequence numbers and fans events out to listeners.
+#[derive(Clone)]
+pub struct Emitter {
+    pub tx: broadcast::Sender<(u64, SessionEvent)>,
+    pub seq: Arc<AtomicU64>,
+}
+
+impl Emitter {
+    pub fn new() -> Self {
+        // Every slot is allocated up front (about 100 bytes each) and a
+        // session actor lives as long as it is busy: 512 keeps a live
+        // session near 50 KB. A listener more than 512 events behind gets
+        // a Notice; `stream_one` yields to it every coop budget (128).
+        let (tx, _) = broadcast::channel(512);
+        Emitter {
+            tx,
+            seq: Arc::new(AtomicU64::new(0)),
+        }
+    }
+    pub fn emit(&self, event: SessionEvent) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        // No listener is fine: events are not stored.
+        let _ = self.tx.send((seq, event));
+    }
+}
+
+impl Default for Emitter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How a run ended, for the actor.
+pub struct Finished {
+    pub record: SessionRecord,
+}
+
+enum Stop {
+    Done { stop: &'static str, message: String },
+    Cancelled,
+    Failed(String),
+}
+
+pub async fn run(
+    deps: Arc<SessionDeps>,
+    mut rec: SessionRecord,
+    cancel: CancellationToken,
+    emit: Emitter,
+) -> Finished {
+    rec.runs += 1;
+    emit.emit(SessionEvent::RunStart { run: rec.runs });
+    let stop = match drive(&deps, &mut rec, &cancel, &emit).await {
+        Ok(stop) => stop,
+        Err(e) => Stop::Failed(e),
+    };
+    rec.status = match stop {
+        Stop::Failed(_) => SessionStatus::Error,
+        _ => SessionStatus::Idle,
+    };
+    rec.error = match &stop {
+        Stop::Failed(m) => Some(m.clone()),
+        _ => None,
+    };
+    rec.updated_ms = deps.clock.now_ms();
+    let final_event = match stop {
+        Stop::Done { stop, message } => SessionEvent::Done {
+            stop: stop.into(),
+            message,
+        },
+        Stop::Cancelled => SessionEvent::Cancelled {
+            message: "cancelled by user; send a message to continue".into(),
+        },
+        Stop::Failed(m) => SessionEvent::Error {
+            message: format!("{m}; send a message to try again"),
+        },
+    };
+    if let Err(e) = deps.store.save(&rec, &[], false) {
+        tracing::error!(session = %format_id(rec.id), "cannot save the session: {e}");
+    }
+    // The run's end is announced only once it is durable.
+    let emitter = emit.clone();
+    deps.store
+        .after_sync(Box::new(move |_| emitter.emit(final_event)));
+    Finished { record: rec }
+}
+
+fn system_prompt(workdir: &str, now_ms: u64) -> String {
+    let date = humantime_date(now_ms);
+    format!(
+        "{BASE_PROMPT}\n\n# Environment\n- working directory: {workdir}\n- date: {date}\n- OS: {} ({})",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn humantime_date(now_ms: u64) -> String {
+    // Days since the epoch → civil date (Howard Hinnant's algorithm).
+    let days = (now_ms / 86_400_000) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Appends messages to the transcript (memory and store).
+fn append(
+    deps: &SessionDeps,
+    rec: &mut SessionRecord,
+    window: &mut Vec<Message>,
+    messages: Vec<Message>,
+) -> Result<(), String> {
+    rec.next_idx += messages.len() as u64;
+    rec.updated_ms = deps.clock.now_ms();
+    deps.store
+        .save(rec, &messages, false)
+        .map_err(|e| format!("cannot save the transcript: {e}"))?;
+    window.extend(messages);
+    Ok(())
+}
+
+async fn drive(
+    deps: &SessionDeps,
+    rec: &mut SessionRecord,
+    cancel: &CancellationToken,
+    emit: &Emitter,
+) -> Result<Stop, String> {
+    let config = deps.config();
+    let models = deps.models();
+    let route = models.route(&rec.model).map_err(|e| e.to_string())?;
+    let mut window: Vec<Message> = deps
+        .store
+        .messages(rec.id, rec.context_base_idx)
+        .map_err(|e| format!("cannot load the transcript: {e}"))?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    let tools: Vec<ToolSpec> = deps
+        .tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name().into(),
+            description: t.description().into(),
+            input_schema_json: t.input_schema().into(),
+        })
+        .collect();
+    let workdir = std::fs::canonicalize(&rec.workdir).map_err(|e| {
+        format!(
+            "the session workdir {} is not usable ({e}): create it or start a new session",
+            rec.workdir
+        )
+    })?;
+    let id = format_id(rec.id);
+    let ctx = ToolContext {
+        workdir: workdir.clone(),
+        env: child_env(
+            std::env::vars(),
+            &[
+                ("FLYTO_PLAN_SOCK".into(), config.plan_socket.clone()),
+                ("FLYTO_SESSION_ID".into(), id.clone()),
+                ("FLYTO_CHAIN".into(), rec.chain.clone()),
+            ],
+        ),
+        cancel: cancel.child_token(),
+    };
+    let system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
+    let mut run_cost = 0.0;
+    let mut continuations = 0;
+    let mut stalled = 0;
+    let mut repeats: HashMap<(String, String, String), u32> = HashMap::new();
+    for _ in 0..config.max_iterations.max(1) {
+        let (messages, _report) = normalize(window.clone());
+        let request = ChatRequest {
+            system: system.clone(),
+            messages,
+            tools: tools.clone(),
+            max_tokens: 0,
+        };
+        emit.emit(SessionEvent::LlmStart {
+            model: route.primary.name.clone(),
+        });
+        let response = match stream_one(deps, &route, request, cancel, emit).await {
+            StreamOutcome::Done(a) => *a,
+            StreamOutcome::Cancelled => return Ok(Stop::Cancelled),
+            StreamOutcome::Failed(e) => return Ok(Stop::Failed(e.to_string())),
+        };
+        let usage = response.usage.unwrap_or_default();
+        rec.usage.add(&usage);
+        rec.cost_usd += response.cost;
+        run_cost += response.cost;
+        emit.emit(SessionEvent::LlmEnd {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            cost_usd: response.cost,
+        });
+        let new_text = !response.text.trim().is_empty();
+        append(deps, rec, &mut window, vec![response.to_message()])?;
+
+        if response.tool_calls.is_empty() {
+            match response.stop_reason {
+                StopReason::MaxTokens if continuations < config.max_continuations => {
+                    continuations += 1;
+                    append(
+                        deps,
+                        rec,
+                        &mut window,
+                        vec![Message::user_text(
+                            "[Your reply was cut off by the output limit. Continue exactly where you stopped.]",
+                        )],
+                    )?;
+                    continue;
+                }
+                StopReason::MaxTokens => {
+                    return Ok(Stop::Done {
+                        stop: "max_tokens",
+                        message: format!(
+                            "the reply hit the output limit {} times in a row; send \"continue\" for more",
+                            continuations + 1
+                        ),
+                    });
+                }
+                StopReason::ContentFilter => {
+                    return Ok(Stop::Done {
+                        stop: "content_filter",
+                        message: "the provider withheld the reply (content filter or refusal); rephrase the request".into(),
+                    });
+                }
+                _ => {
+                    return Ok(Stop::Done {
+                        stop: "end_turn",
+                        message: String::new(),
+                    });
+                }
+            }
+        }
+
+        for call in &response.tool_calls {
+            emit.emit(SessionEvent::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments_json.clone(),
+            });
+        }
+        let results = run_calls(&deps.tools, &ctx, &response.tool_calls, |ev| {
+            if let OrchestratorEvent::Finished {
+                call_id,
+                name,
+                preview,
+                is_error,
+            } = ev
+            {
+                emit.emit(SessionEvent::ToolResult {
+                    id: call_id,
+                    name,
+                    preview,
+                    is_error,
+                });
+            }
+        })
+        .await;
+        let mut new_output = new_text;
+        let mut hard_repeat = None;
+        let mut blocks = Vec::with_capacity(results.len());
+        for (call, result) in response.tool_calls.iter().zip(results) {
+            let key = (
+                call.name.clone(),
+                call.arguments_json.clone(),
+                result.output.content.clone(),
+            );
+            let seen = repeats.entry(key).or_insert(0);
+            *seen += 1;
+            let mut content = result.output.content;
+            if *seen == 1 {
+                new_output = true;
+            } else if *seen >= REPEAT_HARD {
+                hard_repeat = Some(call.name.clone());
+            } else if *seen >= REPEAT_SOFT {
+                content.push_str(&format!(
+                    "\n\n[flyto: you already called `{}` with these arguments and got this same result {} times; change approach instead of repeating it]",
+                    call.name, *seen
+                ));
+            }
+            blocks.push(Block::ToolResult {
+                call_id: result.call_id,
+                content,
+                is_error: result.output.is_error,
+            });
+        }
+        append(
+            deps,
+            rec,
+            &mut window,
+            vec![Message {
+                role: Role::User,
+                content: blocks,
+            }],
+        )?;
+        if cancel.is_cancelled() {
+            return Ok(Stop::Cancelled);
+        }
+        if let Some(name) = hard_repeat {
+            return Ok(Stop::Done {
+                stop: "repeat_guard",
+                message: format!(
+                    "stopped: the model called `{name}` {REPEAT_HARD} times with the same arguments and got the same result; send a message with new guidance to continue"
+                ),
+            });
+        }
+        stalled = if new_output { 0 } else { stalled + 1 };
+        if stalled >= STALL_LIMIT {
+            return Ok(Stop::Done {
+                stop: "stalled",
+                message: format!(
+                    "stopped: {STALL_LIMIT} steps in a row produced nothing new; send a message with new guidance to continue"
+                ),
+            });
+        }
+        if config.max_run_cost_usd > 0.0 && run_cost >= config.max_run_cost_usd {
+            return Ok(Stop::Done {
+                stop: "budget",
+                message: format!(
+                    "stopped: this run cost ${run_cost:.4}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
+                    config.max_run_cost_usd
+                ),
+            });
+        }
+    }
+    Ok(Stop::Done {
+        stop: "max_iterations",
+        message: format!(
+            "stopped after {} model calls (sessions.max_iterations); send a message to let it continue",
+            config.max_iterations
+        ),
+    })
+}
+
+enum StreamOutcome {
+    Done(Box<Assembled>),
+    Cancelled,
+    Failed(LlmError),
+}
+
+/// One provider call. Cancel drops the HTTP stream at once, without waiting
+/// for the next chunk.
+async fn stream_one(
+    deps: &SessionDeps,
+    route: &crate::llm::Route,
+    request: ChatRequest,
+    cancel: &CancellationToken,
+    emit: &Emitter,
+) -> StreamOutcome {
+    let mut stream = deps.llm.stream(route, request);
+    // One waiter for the whole call, not one registered per event.
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
+    loop {
+        // A burst of buffered events is emitted without any other await:
+        // let the listeners' tasks run before the event channel wraps.
+        tokio::task::coop::consume_budget().await;
+        let next = tokio::select! {
+            biased;
+            _ = &mut cancelled => return StreamOutcome::Cancelled,
+            next = stream.next_event() => next,
+        };
+        match next {
+            None => {
+                return StreamOutcome::Failed(LlmError::MalformedStream {
+                    detail: "the provider stream ended without a response".into(),
+                });
+            }
+            Some(Err(e)) => return StreamOutcome::Failed(e),
+            Some(Ok(event)) => match event {
+                StreamEvent::TextDelta(delta) => emit.emit(SessionEvent::Text { delta }),
+                StreamEvent::ReasoningDelta(delta) => emit.emit(SessionEvent::Reasoning { delta }),
+                StreamEvent::RefusalDelta(delta) => emit.emit(SessionEvent::Text { delta }),
+                StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {}
+                StreamEvent::Retrying {
+                    attempt,
+                    max_attempts,
+                    delay,
+                    error,
+                } => emit.emit(SessionEvent::Notice {
+                    message: format!(
+                        "provider call failed ({error}); retry {attempt}/{max_attempts} in {:.1}s",
+                        delay.as_secs_f64()
+                    ),
+                }),
+                StreamEvent::Fallback { from, to, error } => emit.emit(SessionEvent::Notice {
+                    message: format!(
+                        "model `{from}` is overloaded ({error}); falling back to `{to}`"
+                    ),
+                }),
+                StreamEvent::Restart => emit.emit(SessionEvent::Restart {
+                    reason: "the provider call is being retried; the partial reply above is void"
+                        .into(),
+                }),
+                StreamEvent::Done(assembled) => return StreamOutcome::Done(Box::new(assembled)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::humantime_date;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(humantime_date(0), "1970-01-01");
+        assert_eq!(humantime_date(1_796_034_747_891), "2026-11-30");
+    }
+}

@@ -1,0 +1,151 @@
+//! The session room's storage, behind [`SessionStore`].
+//!
+//! sled layout, tree `sessions`, each change one atomic batch:
+//! `r<id>` session record · `m<id><idx>` message (append-only) · `n` next
+//! id. Ids and indexes are big-endian so keys sort numerically.
+
+use super::model::{SESSION_FORMAT_VERSION, SessionRecord};
+use crate::llm::Message;
+use crate::store::{AfterSync, Store, StoreError, decode_record, encode_record};
+
+pub trait SessionStore: Send + Sync + 'static {
+    fn next_id(&self) -> Result<u64, StoreError>;
+    /// Writes the record and appends `messages` at `record.next_idx -
+    /// messages.len()` onwards, atomically. A new session bumps the id.
+    fn save(
+        &self,
+        record: &SessionRecord,
+        messages: &[Message],
+        new: bool,
+    ) -> Result<(), StoreError>;
+    fn get(&self, id: u64) -> Result<Option<SessionRecord>, StoreError>;
+    /// Every session, oldest first.
+    fn list(&self) -> Result<Vec<SessionRecord>, StoreError>;
+    /// Messages with index >= `from`, oldest first, with their indexes.
+    fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError>;
+    fn after_sync(&self, then: AfterSync);
+}
+
+pub struct SledSessionStore {
+    store: Store,
+    tree: sled::Tree,
+}
+
+impl SledSessionStore {
+    pub fn open(store: Store) -> Result<Self, StoreError> {
+        let tree = store.tree("sessions")?;
+        Ok(SledSessionStore { store, tree })
+    }
+
+    fn err(&self, e: sled::Error) -> StoreError {
+        self.store.sled_err(e)
+    }
+}
+
+fn record_key(id: u64) -> Vec<u8> {
+    let mut k = vec![b'r'];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn message_prefix(id: u64) -> Vec<u8> {
+    let mut k = vec![b'm'];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn message_key(id: u64, idx: u64) -> Vec<u8> {
+    let mut k = message_prefix(id);
+    k.extend_from_slice(&idx.to_be_bytes());
+    k
+}
+
+fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {
+    Err(format!("no migration from session format {found}"))
+}
+
+impl SessionStore for SledSessionStore {
+    fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .tree
+            .get(b"n")
+            .map_err(|e| self.err(e))?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(1))
+    }
+
+    fn save(
+        &self,
+        record: &SessionRecord,
+        messages: &[Message],
+        new: bool,
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        batch.insert(
+            record_key(record.id),
+            encode_record(SESSION_FORMAT_VERSION, record),
+        );
+        let first = record.next_idx.saturating_sub(messages.len() as u64);
+        for (i, m) in messages.iter().enumerate() {
+            batch.insert(
+                message_key(record.id, first + i as u64),
+                encode_record(SESSION_FORMAT_VERSION, m),
+            );
+        }
+        if new {
+            batch.insert(&b"n"[..], &(record.id + 1).to_be_bytes());
+        }
+        self.tree.apply_batch(batch).map_err(|e| self.err(e))?;
+        self.store.mark_dirty();
+        Ok(())
+    }
+
+    fn get(&self, id: u64) -> Result<Option<SessionRecord>, StoreError> {
+        match self.tree.get(record_key(id)).map_err(|e| self.err(e))? {
+            Some(bytes) => Ok(Some(decode_record(
+                "session record",
+                &bytes,
+                SESSION_FORMAT_VERSION,
+                no_migration,
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix(b"r") {
+            let (_, v) = kv.map_err(|e| self.err(e))?;
+            out.push(decode_record(
+                "session record",
+                &v,
+                SESSION_FORMAT_VERSION,
+                no_migration,
+            )?);
+        }
+        Ok(out)
+    }
+
+    fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError> {
+        let mut out = Vec::new();
+        let end = message_key(id, u64::MAX);
+        for kv in self.tree.range(message_key(id, from)..=end) {
+            let (k, v) = kv.map_err(|e| self.err(e))?;
+            let idx = k
+                .get(9..17)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0);
+            out.push((
+                idx,
+                decode_record("session message", &v, SESSION_FORMAT_VERSION, no_migration)?,
+            ));
+        }
+        Ok(out)
+    }
+
+    fn after_sync(&self, then: AfterSync) {
+        self.store.after_sync(then);
+    }
+}

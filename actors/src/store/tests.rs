@@ -1,0 +1,449 @@
+//! Crash tests of the WAL: a crash is simulated by copying the files of a
+//! live store (sled not flushed since open) and opening the copy.
+
+use super::testutil::{crash_copy, open_no_checkpoint, record_offsets, wait_durable};
+use super::wal::{self, WAL_FILE, WAL_SIZE};
+use super::{Batch, Store, Tail};
+use std::path::Path;
+
+fn put(store: &Store, tree: &str, key: &str, value: &[u8]) {
+    let t = store.tree(tree).unwrap();
+    let mut b = Batch::new();
+    b.insert(key.as_bytes(), value);
+    store.apply(&t, &b).unwrap();
+}
+
+fn get(store: &Store, tree: &str, key: &str) -> Option<Vec<u8>> {
+    store
+        .tree(tree)
+        .unwrap()
+        .get(key)
+        .unwrap()
+        .map(|v| v.to_vec())
+}
+
+/// What plain sled (no WAL replay) finds in `dir`; opens a copy so that
+/// sled's own writes at close do not touch `dir`.
+fn sled_only(dir: &Path, tree: &str, key: &str) -> Option<Vec<u8>> {
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("db");
+    crash_copy(dir, &copy);
+    let db = sled::open(&copy).unwrap();
+    db.open_tree(tree)
+        .unwrap()
+        .get(key)
+        .unwrap()
+        .map(|v| v.to_vec())
+}
+
+#[test]
+fn acknowledged_writes_are_replayed_from_the_wal_after_a_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    put(&store, "plans", "a", b"1");
+    put(&store, "other", "b", b"2");
+    let t = store.tree("plans").unwrap();
+    let mut b = Batch::new();
+    b.insert(&b"c"[..], &b"3"[..]);
+    b.remove(&b"a"[..]);
+    store.apply(&t, &b).unwrap();
+    wait_durable(&store);
+    crash_copy(&live, &crashed);
+    drop(store);
+
+    // sled's own files do not have the writes: only the WAL does.
+    assert_eq!(sled_only(&crashed, "plans", "c"), None);
+    assert_eq!(sled_only(&crashed, "other", "b"), None);
+
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 3, "{:?}", store.recovery());
+    assert_eq!(store.recovery().tail, Tail::Clean);
+    assert_eq!(get(&store, "plans", "a"), None);
+    assert_eq!(get(&store, "plans", "c"), Some(b"3".to_vec()));
+    assert_eq!(get(&store, "other", "b"), Some(b"2".to_vec()));
+    // Open checkpointed the replay: sled alone has it now.
+    drop(store);
+    assert_eq!(sled_only(&crashed, "plans", "c"), Some(b"3".to_vec()));
+}
+
+/// Three records in three groups; returns the crashed copy's WAL bytes and
+/// the offsets of the records.
+fn three_groups(live: &Path, crashed: &Path) -> (Vec<u8>, Vec<usize>, usize) {
+    let store = open_no_checkpoint(live);
+    for (k, v) in [("k1", "v1"), ("k2", "v2"), ("k3", "v3")] {
+        put(&store, "t", k, v.as_bytes());
+        wait_durable(&store);
+    }
+    crash_copy(live, crashed);
+    drop(store);
+    let bytes = std::fs::read(crashed.join(WAL_FILE)).unwrap();
+    let (offsets, end) = record_offsets(&bytes);
+    assert_eq!(offsets.len(), 3);
+    (bytes, offsets, end)
+}
+
+fn assert_third_dropped(dir: &Path) {
+    let store = open_no_checkpoint(dir);
+    let r = store.recovery().clone();
+    assert_eq!(r.replayed, 2, "{r:?}");
+    assert!(r.torn_tail_dropped(), "{r:?}");
+    assert_eq!(get(&store, "t", "k1"), Some(b"v1".to_vec()));
+    assert_eq!(get(&store, "t", "k2"), Some(b"v2".to_vec()));
+    assert_eq!(get(&store, "t", "k3"), None);
+    // The store works on: new writes get through a crash too.
+    put(&store, "t", "k4", b"v4");
+    wait_durable(&store);
+    let again = dir.with_extension("again");
+    crash_copy(dir, &again);
+    drop(store);
+    let store = open_no_checkpoint(&again);
+    assert_eq!(get(&store, "t", "k4"), Some(b"v4".to_vec()));
+    assert_eq!(get(&store, "t", "k3"), None);
+    assert!(
+        !store.recovery().torn_tail_dropped(),
+        "{:?}",
+        store.recovery()
+    );
+}
+
+#[test]
+fn a_cut_last_record_is_dropped_and_the_earlier_ones_replayed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let (_, offsets, end) = three_groups(&live, &crashed);
+    let cut = offsets[2] + (end - offsets[2]) / 2;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(crashed.join(WAL_FILE))
+        .unwrap();
+    f.set_len(cut as u64).unwrap();
+    drop(f);
+    assert_third_dropped(&crashed);
+    // The short file was replaced by a full-size one.
+    let len = std::fs::metadata(crashed.join(WAL_FILE)).unwrap().len();
+    assert_eq!(len, WAL_SIZE);
+}
+
+#[test]
+fn a_flipped_byte_in_the_last_record_drops_only_that_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let (mut bytes, _, end) = three_groups(&live, &crashed);
+    bytes[end - 1] ^= 0x40;
+    std::fs::write(crashed.join(WAL_FILE), &bytes).unwrap();
+    assert_third_dropped(&crashed);
+}
+
+#[test]
+fn replaying_a_log_again_or_an_older_log_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    put(&store, "t", "k", b"old");
+    put(&store, "t", "gone", b"x");
+    wait_durable(&store);
+    let old_log = std::fs::read(live.join(WAL_FILE)).unwrap();
+    put(&store, "t", "k", b"new");
+    let t = store.tree("t").unwrap();
+    let mut b = Batch::new();
+    b.remove(&b"gone"[..]);
+    store.apply(&t, &b).unwrap();
+    wait_durable(&store);
+    crash_copy(&live, &crashed);
+    let crash_log = std::fs::read(crashed.join(WAL_FILE)).unwrap();
+    drop(store);
+
+    let check = |store: &Store| {
+        assert_eq!(get(store, "t", "k"), Some(b"new".to_vec()));
+        assert_eq!(get(store, "t", "gone"), None);
+    };
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 4);
+    check(&store);
+    drop(store);
+
+    // As if the crash had come between sled's sync and the WAL's reuse.
+    std::fs::write(crashed.join(WAL_FILE), &crash_log).unwrap();
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 0, "{:?}", store.recovery());
+    assert_eq!(store.recovery().skipped, 4);
+    check(&store);
+    drop(store);
+
+    // A log older than what sled holds must not roll it back.
+    std::fs::write(crashed.join(WAL_FILE), &old_log).unwrap();
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 0, "{:?}", store.recovery());
+    check(&store);
+}
+
+#[test]
+fn sled_ahead_of_the_wal_is_not_rolled_back() {
+    // sled may hold writes whose WAL group was never synced (its own
+    // writes reach the disk on their own): replaying the shorter log must
+    // keep the newer values, not mix old and new.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let store = open_no_checkpoint(&dir);
+    put(&store, "t", "k", b"v1");
+    wait_durable(&store);
+    let short_log = std::fs::read(dir.join(WAL_FILE)).unwrap();
+    put(&store, "t", "k", b"v2");
+    store.sync_blocking().unwrap();
+    drop(store);
+    std::fs::write(dir.join(WAL_FILE), &short_log).unwrap();
+    let store = open_no_checkpoint(&dir);
+    assert_eq!(get(&store, "t", "k"), Some(b"v2".to_vec()));
+}
+
+#[test]
+fn the_log_starts_over_after_a_checkpoint_and_old_records_end_the_chain() {
+    // Equal-size records, so that the old cycle has a record exactly where
+    // the new cycle's first record ends.
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    let value = |i: u8| vec![i; 200 * 1024];
+    // 11 records pass half the log: the commit thread checkpoints after
+    // that group and starts over at offset 0.
+    for i in 0..11u8 {
+        put(&store, "t", &format!("k{i:02}"), &value(i));
+        wait_durable(&store);
+    }
+    let old_cycle = std::fs::read(live.join(WAL_FILE)).unwrap();
+    put(&store, "t", "k11", &value(11));
+    wait_durable(&store);
+    crash_copy(&live, &crashed);
+    drop(store);
+    let new_cycle = std::fs::read(crashed.join(WAL_FILE)).unwrap();
+    let (offsets, end) = record_offsets(&new_cycle);
+    assert_eq!(offsets, vec![0], "k11 went to offset 0");
+    let (old_offsets, _) = record_offsets(&old_cycle);
+    assert_eq!(old_offsets[1], end, "equal sizes");
+
+    // As if the zero terminator after k11 never reached the disk.
+    let mut crafted = new_cycle[..end].to_vec();
+    crafted.extend_from_slice(&old_cycle[end..]);
+    std::fs::write(crashed.join(WAL_FILE), &crafted).unwrap();
+    let store = open_no_checkpoint(&crashed);
+    let r = store.recovery().clone();
+    assert_eq!(r.tail, Tail::OlderCycle, "{r:?}");
+    assert_eq!((r.replayed, r.skipped), (1, 0), "{r:?}");
+    for i in 0..12u8 {
+        assert_eq!(
+            get(&store, "t", &format!("k{i:02}")),
+            Some(value(i)),
+            "k{i:02}"
+        );
+    }
+}
+
+#[test]
+fn large_groups_and_blobs_survive_through_checkpoints() {
+    // A value bigger than the whole log is made durable by a checkpoint;
+    // values above sled's blob threshold live in files sled never syncs.
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    let huge = vec![7u8; WAL_SIZE as usize + 1000];
+    put(&store, "t", "huge", &huge);
+    wait_durable(&store);
+    let blob = vec![9u8; 300 * 1024];
+    for i in 0..12 {
+        put(&store, "t", &format!("blob{i}"), &blob);
+        wait_durable(&store);
+    }
+    crash_copy(&live, &crashed);
+    drop(store);
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(get(&store, "t", "huge"), Some(huge));
+    for i in 0..12 {
+        assert_eq!(
+            get(&store, "t", &format!("blob{i}")).as_deref(),
+            Some(&blob[..])
+        );
+    }
+}
+
+#[test]
+fn concurrent_writers_share_syncs_and_all_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    std::thread::scope(|s| {
+        for w in 0..8 {
+            let store = store.clone();
+            s.spawn(move || {
+                for i in 0..50 {
+                    put(&store, "t", &format!("w{w}-{i}"), b"v");
+                    wait_durable(&store);
+                }
+            });
+        }
+    });
+    crash_copy(&live, &crashed);
+    drop(store);
+    let store = open_no_checkpoint(&crashed);
+    for w in 0..8 {
+        for i in 0..50 {
+            assert_eq!(get(&store, "t", &format!("w{w}-{i}")), Some(b"v".to_vec()));
+        }
+    }
+}
+
+#[test]
+fn direct_sled_writes_marked_dirty_are_synced_by_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    let t = store.tree("legacy").unwrap();
+    t.insert("k", "v").unwrap();
+    store.mark_dirty();
+    wait_durable(&store);
+    crash_copy(&live, &crashed);
+    drop(store);
+    assert_eq!(sled_only(&crashed, "legacy", "k"), Some(b"v".to_vec()));
+}
+
+#[test]
+fn the_wal_is_created_full_size_with_its_directory_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let store = open_no_checkpoint(&dir);
+    assert_eq!(
+        std::fs::metadata(dir.join(WAL_FILE)).unwrap().len(),
+        WAL_SIZE
+    );
+    assert!(!dir.join(format!("{WAL_FILE}.tmp")).exists());
+    assert_eq!(wal::max_tree_lsn(&store.inner.db).unwrap(), 0);
+}
+
+#[test]
+fn reads_and_scans_see_writes_before_sled_has_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    let t = store.tree("t").unwrap();
+    for k in ["k1", "k2", "k3", "k4", "k5"] {
+        put(&store, "t", k, b"old");
+    }
+    wait_durable(&store);
+    let mut b = Batch::new();
+    b.remove(&b"k2"[..]);
+    b.insert(&b"k3"[..], &b"new"[..]);
+    b.insert(&b"k6"[..], &b"new"[..]);
+    b.insert(&b"j"[..], &b"other prefix"[..]);
+    store.apply(&t, &b).unwrap();
+
+    let expect = [
+        ("k1", "old"),
+        ("k3", "new"),
+        ("k4", "old"),
+        ("k5", "old"),
+        ("k6", "new"),
+    ];
+    let check = |store: &Store| {
+        assert_eq!(store.get(&t, b"k2").unwrap(), None);
+        assert_eq!(store.get(&t, b"k3").unwrap().as_deref(), Some(&b"new"[..]));
+        let scan = |reverse| -> Vec<(String, String)> {
+            store
+                .scan_prefix(&t, b"k", reverse)
+                .map(|kv| {
+                    let (k, v) = kv.unwrap();
+                    (
+                        String::from_utf8(k.to_vec()).unwrap(),
+                        String::from_utf8(v.to_vec()).unwrap(),
+                    )
+                })
+                .collect()
+        };
+        let forward: Vec<_> = expect
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(scan(false), forward);
+        let mut backward = forward.clone();
+        backward.reverse();
+        assert_eq!(scan(true), backward);
+        let ranged: Vec<_> = store
+            .range(&t, b"k2", b"k5", true)
+            .map(|kv| kv.unwrap().0.to_vec())
+            .collect();
+        assert_eq!(ranged, vec![b"k4".to_vec(), b"k3".to_vec()]);
+    };
+    // Not durable yet: the overlay answers, merged with sled.
+    check(&store);
+    wait_durable(&store);
+    store.sync_blocking().unwrap();
+    // Now from sled alone.
+    check(&store);
+    assert_eq!(
+        store
+            .inner
+            .log
+            .overlay_range(&t, (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded)),
+        vec![]
+    );
+}
+
+#[test]
+fn writes_nobody_waits_for_reach_sled_within_a_period() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        &tmp.path().join("db"),
+        8 << 20,
+        std::time::Duration::from_millis(20),
+    )
+    .unwrap();
+    let t = store.tree("t").unwrap();
+    let mut b = Batch::new();
+    b.insert(&b"k"[..], &b"v"[..]);
+    store.apply(&t, &b).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while t.get(b"k").unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never applied to sled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_key_written_several_times_in_a_group_ends_with_its_last_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    let t = store.tree("t").unwrap();
+    let steps: [(&str, Option<&str>); 6] = [
+        ("a", Some("1")),
+        ("b", Some("1")),
+        ("a", Some("2")),
+        ("b", None),
+        ("c", None),
+        ("c", Some("3")),
+    ];
+    for (k, v) in steps {
+        let mut b = Batch::new();
+        match v {
+            Some(v) => b.insert(k.as_bytes(), v.as_bytes()),
+            None => b.remove(k.as_bytes()),
+        }
+        store.apply(&t, &b).unwrap();
+    }
+    wait_durable(&store);
+    crash_copy(&live, &crashed);
+    store.sync_blocking().unwrap();
+    let expect = |s: &Store| {
+        assert_eq!(get(s, "t", "a"), Some(b"2".to_vec()));
+        assert_eq!(get(s, "t", "b"), None);
+        assert_eq!(get(s, "t", "c"), Some(b"3".to_vec()));
+    };
+    // Applied to sled (sync_blocking waits for the group's application).
+    expect(&store);
+    assert_eq!(t.get("a").unwrap().as_deref(), Some(&b"2"[..]));
+    drop(store);
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 6);
+    expect(&store);
+}

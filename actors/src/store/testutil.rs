@@ -1,0 +1,50 @@
+//! Helpers for tests that simulate a crash by copying a live store's files.
+
+use super::Store;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Opens `dir` with checkpoints an hour apart: after open, sled's files
+/// change only on its own (IO buffers filling up), so what a test writes
+/// afterwards is durable only through the WAL.
+pub(crate) fn open_no_checkpoint(dir: &Path) -> Store {
+    Store::open_with(dir, 8 << 20, Duration::from_secs(3600)).expect("open store")
+}
+
+/// Waits until every write so far is durable; panics if the sync fails.
+pub(crate) fn wait_durable(store: &Store) {
+    let (tx, rx) = mpsc::channel();
+    store.after_sync(Box::new(move |r| {
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    }));
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the sync answers")
+        .expect("the sync succeeds");
+}
+
+/// Copies the files of a (possibly open) db directory: what a crash of the
+/// process at this instant leaves behind, as the kernel holds it.
+pub(crate) fn crash_copy(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).expect("create copy dir");
+    for entry in std::fs::read_dir(src).expect("read db dir") {
+        let entry = entry.expect("dir entry");
+        let to = dst.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            crash_copy(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).expect("copy file");
+        }
+    }
+}
+
+/// Offsets of the records in a WAL file's chain, and where it ends.
+pub(crate) fn record_offsets(wal: &[u8]) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::new();
+    let mut off = 0;
+    while let super::wal::Frame::Record(_, next) = super::wal::frame_at(wal, off) {
+        offsets.push(off);
+        off = next;
+    }
+    (offsets, off)
+}

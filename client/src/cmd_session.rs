@@ -1,0 +1,504 @@
+//! Agent sessions: `session_new`, `session_send`, `session_attach`,
+//! `session_cancel`, `session_list`, `session_history`. Streaming a run is
+//! shared with `chat`.
+//!
+//! Commands take a session id (`s3`) or the name of an existing session.
+
+use crate::conn::{Ctx, unexpected};
+use crate::exit::{self, usage};
+use crate::format::now_ms;
+use crate::interrupt::{self, CtrlC};
+use crate::output;
+use crate::session_render::{self, Chunk, HistoryMode, Mode, Outcome, RunView};
+use crate::style::{Style, Tone, term_width};
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use flyto_protocol::{
+    Client, ClientError, ErrorCode, Event, MessageView, Request, Response, SessionView,
+};
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// Name of the session (`chat --name` and plan steps find it by name)
+    #[arg(long)]
+    pub name: Option<String>,
+
+    /// Directory the session's tools work in [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+
+    /// Model profile, or a role such as `main` or `fast` [default: the role `main`]
+    #[arg(long, value_name = "PROFILE")]
+    pub model: Option<String>,
+}
+
+/// How a streamed run is shown.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Show the model's reasoning (dimmed, on stderr) [default: only when
+    /// stderr is a terminal]
+    #[arg(long)]
+    pub reasoning: bool,
+
+    /// Print a tokens and cost line after each run [default: only when stderr
+    /// is a terminal]
+    #[arg(long)]
+    pub usage: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    /// The message; `-` reads it from stdin
+    pub text: String,
+
+    #[command(flatten)]
+    pub show: ShowArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    /// How many recent messages the snapshot shows
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub recent: u32,
+
+    #[command(flatten)]
+    pub show: ShowArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print the sessions as pretty JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    /// Print the session and every message as pretty JSON
+    #[arg(long, conflicts_with = "reasoning")]
+    pub json: bool,
+
+    /// Show the model's thinking blocks [default: only when stdout is a
+    /// terminal]
+    #[arg(long)]
+    pub reasoning: bool,
+}
+
+pub fn new(ctx: &Ctx, args: NewArgs) -> Result<u8> {
+    let session = create(ctx, args.name, args.workdir.as_deref(), args.model)?;
+    output::stdout(&format!("{}\n", session.id))?;
+    Ok(exit::SUCCESS)
+}
+
+/// Creates a session working in `workdir` (default: the current directory).
+pub fn create(
+    ctx: &Ctx,
+    name: Option<String>,
+    workdir: Option<&Path>,
+    model: Option<String>,
+) -> Result<SessionView> {
+    let req = Request::SessionNew {
+        name,
+        workdir: Some(workdir_or_cwd(workdir)?),
+        model,
+    };
+    match ctx.request(&req)? {
+        Response::Session { session } => Ok(session),
+        other => Err(unexpected("session_new", &other)),
+    }
+}
+
+/// `dir` made absolute, or the current directory.
+pub fn workdir_or_cwd(dir: Option<&Path>) -> Result<String> {
+    let path = match dir {
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(usage(format!(
+                    "--workdir {} is not a directory",
+                    dir.display()
+                )));
+            }
+            std::path::absolute(dir)
+                .with_context(|| format!("cannot resolve the path {}", dir.display()))?
+        }
+        None => std::env::current_dir().context("cannot determine the current directory")?,
+    };
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| usage(format!("the path {} is not valid UTF-8", path.display())))
+}
+
+/// True for what the daemon hands out as ids: `s` and digits.
+pub fn looks_like_id(s: &str) -> bool {
+    s.strip_prefix('s')
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The id of session `id_or_name`: an id as is, else the most recently
+/// updated session with that name.
+pub fn resolve(ctx: &Ctx, id_or_name: &str) -> Result<String> {
+    if looks_like_id(id_or_name) {
+        return Ok(id_or_name.to_string());
+    }
+    match find_named(ctx, id_or_name)? {
+        Some(session) => Ok(session.id),
+        None => Err(ClientError::Remote {
+            code: ErrorCode::NotFound,
+            message: format!(
+                "no session {id_or_name}: give an id like s3 or the name of an existing session (`flytoctl session_list` shows them)"
+            ),
+        }
+        .into()),
+    }
+}
+
+/// The most recently updated session named `name`.
+pub fn find_named(ctx: &Ctx, name: &str) -> Result<Option<SessionView>> {
+    Ok(list_sessions(ctx)?
+        .into_iter()
+        .filter(|s| s.name.as_deref() == Some(name))
+        .max_by_key(|s| s.updated_ms))
+}
+
+fn list_sessions(ctx: &Ctx) -> Result<Vec<SessionView>> {
+    match ctx.request(&Request::SessionList {})? {
+        Response::Sessions { sessions } => Ok(sessions),
+        other => Err(unexpected("session_list", &other)),
+    }
+}
+
+/// The run display for the current terminal and flags.
+pub fn run_mode(show: &ShowArgs, runs: bool) -> Mode {
+    let err_tty = std::io::stderr().is_terminal();
+    Mode {
+        err: Style::detect_stderr(),
+        out_tty: std::io::stdout().is_terminal(),
+        reasoning: show.reasoning || err_tty,
+        usage: show.usage || err_tty,
+        runs,
+        width: term_width(),
+    }
+}
+
+/// The message of `session_send`: the argument, or stdin for `-`.
+pub fn message_text(arg: &str) -> Result<String> {
+    if arg != "-" {
+        return clean_message(arg.to_string());
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the message from stdin")?;
+    clean_message(text)
+}
+
+/// Without trailing line ends; empty is a usage error.
+pub fn clean_message(text: String) -> Result<String> {
+    let trimmed = text.trim_end_matches(['\n', '\r']);
+    if trimmed.trim().is_empty() {
+        return Err(usage("the message is empty"));
+    }
+    Ok(trimmed.to_string())
+}
+
+pub fn send_cmd(ctx: &Ctx, args: SendArgs) -> Result<u8> {
+    let text = message_text(&args.text)?;
+    let id = resolve(ctx, &args.id)?;
+    let ctrlc = interrupt::install(
+        ctx.socket.clone(),
+        interrupt::Mode::Idle { interactive: false },
+    )?;
+    let mut view = RunView::new(run_mode(&args.show, false));
+    let outcome = send(ctx, &id, text, &mut view, &ctrlc)?;
+    Ok(outcome_code(outcome))
+}
+
+pub fn outcome_code(outcome: Outcome) -> u8 {
+    match outcome {
+        Outcome::Done => exit::SUCCESS,
+        Outcome::Cancelled => exit::RUN_CANCELLED,
+        Outcome::Failed => exit::RUN_FAILED,
+    }
+}
+
+/// Sends `text` to session `id` and shows the run until it ends; Ctrl-C
+/// meanwhile cancels it. Leaves `ctrlc` in the run mode.
+pub fn send(
+    ctx: &Ctx,
+    id: &str,
+    text: String,
+    view: &mut RunView,
+    ctrlc: &CtrlC,
+) -> Result<Outcome> {
+    let mut client = ctx.connect()?;
+    ctrlc.set(interrupt::Mode::Run {
+        id: id.to_string(),
+        cancel_sent: false,
+    });
+    client.send(&Request::SessionSend {
+        id: id.to_string(),
+        text,
+    })?;
+    follow_run(&mut client, id, view)
+}
+
+/// Reads one run's events until `End`.
+fn follow_run(client: &mut Client, id: &str, view: &mut RunView) -> Result<Outcome> {
+    let mut outcome = None;
+    loop {
+        let resp = match client.recv() {
+            Ok(resp) => resp,
+            Err(e) => {
+                write(view.finish())?;
+                if let Some(outcome) = outcome {
+                    return Ok(outcome);
+                }
+                return Err(anyhow::Error::new(e).context(format!(
+                    "lost the connection to flytod during the run; `flytoctl session_attach {id}` shows how it goes on"
+                )));
+            }
+        };
+        match resp {
+            Response::Event {
+                event: Event::Session { event, .. },
+                ..
+            } => {
+                let (chunks, end) = view.event(&event);
+                write(chunks)?;
+                outcome = end.or(outcome);
+            }
+            Response::End {} => {
+                write(view.finish())?;
+                return outcome.ok_or_else(|| {
+                    anyhow!(
+                        "flytod ended the stream of {id}'s run without saying how the run ended"
+                    )
+                });
+            }
+            Response::Error { code, message } => {
+                write(view.finish())?;
+                return Err(ClientError::Remote { code, message }.into());
+            }
+            other => return Err(unexpected("session_send", &other)),
+        }
+    }
+}
+
+/// Writes run output: stdout failures end the command, stderr ones don't.
+pub fn write(chunks: Vec<Chunk>) -> Result<()> {
+    for chunk in chunks {
+        match chunk {
+            Chunk::Out(text) => output::stdout(&text)?,
+            Chunk::Err(text) => {
+                let _ = output::stderr(&text);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    interrupt::install(ctx.socket.clone(), interrupt::Mode::Attach)?;
+    let mut client = ctx.connect()?;
+    client.send(&Request::SessionAttach {
+        id: id.clone(),
+        recent: Some(args.recent),
+    })?;
+    let (session, messages) = match client.recv()? {
+        Response::History { session, messages } => (session, messages),
+        Response::Error { code, message } => {
+            return Err(ClientError::Remote { code, message }.into());
+        }
+        other => return Err(unexpected("session_attach", &other)),
+    };
+    output::stdout(&snapshot(
+        &session,
+        &messages,
+        history_mode(args.show.reasoning),
+    ))?;
+    let err = Style::detect_stderr();
+    if session.status == "running" || session.status == "cancelling" {
+        let _ = output::stderr(&format!(
+            "{}\n",
+            err.paint(
+                "a run is in progress (its reply so far is not shown); following it",
+                Tone::Dim
+            )
+        ));
+    } else if std::io::stderr().is_terminal() {
+        let _ = output::stderr(&format!(
+            "{}\n",
+            err.paint(&format!("following {id}; Ctrl-C stops"), Tone::Dim)
+        ));
+    }
+    let mut view = RunView::new(run_mode(&args.show, true));
+    loop {
+        match client.recv() {
+            Ok(Response::Event {
+                event: Event::Session { event, .. },
+                ..
+            }) => write(view.event(&event).0)?,
+            Ok(Response::End {}) => {
+                write(view.finish())?;
+                return Ok(exit::SUCCESS);
+            }
+            Ok(Response::Error { code, message }) => {
+                write(view.finish())?;
+                return Err(ClientError::Remote { code, message }.into());
+            }
+            Ok(other) => return Err(unexpected("session_attach", &other)),
+            Err(e) => {
+                write(view.finish())?;
+                return Err(anyhow::Error::new(e).context(format!("stopped following {id}")));
+            }
+        }
+    }
+}
+
+/// The attach snapshot: header, a note when older messages are left out,
+/// the recent messages.
+fn snapshot(session: &SessionView, messages: &[MessageView], mode: HistoryMode) -> String {
+    let mut out = session_render::header(session, now_ms(), mode.style);
+    let earlier = messages.first().map_or(session.messages, |m| m.idx);
+    if earlier > 0 {
+        let note = format!(
+            "… {earlier} earlier message{} not shown; `flytoctl session_history {}` shows them",
+            if earlier == 1 { "" } else { "s" },
+            session.id
+        );
+        out.push_str(&mode.style.paint(&note, Tone::Dim));
+        out.push('\n');
+    }
+    if !messages.is_empty() {
+        out.push('\n');
+        out.push_str(&session_render::messages(
+            messages,
+            session.context_base_idx,
+            &mode,
+        ));
+    }
+    out
+}
+
+fn history_mode(reasoning: bool) -> HistoryMode {
+    let tty = std::io::stdout().is_terminal();
+    HistoryMode {
+        style: Style::detect(),
+        tty,
+        reasoning: reasoning || tty,
+        width: term_width(),
+        result_lines: session_render::RESULT_LINES,
+    }
+}
+
+pub fn cancel(ctx: &Ctx, id: String) -> Result<u8> {
+    let id = resolve(ctx, &id)?;
+    match ctx.request(&Request::SessionCancel { id })? {
+        Response::Session { session } => {
+            output::stdout(&format!("{}\n", session_render::cancelled(&session)))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("session_cancel", &other)),
+    }
+}
+
+pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
+    let sessions = list_sessions(ctx)?;
+    if args.json {
+        let json =
+            serde_json::to_string_pretty(&sessions).context("cannot encode the list as JSON")?;
+        output::stdout(&format!("{json}\n"))?;
+    } else if sessions.is_empty() {
+        output::note("no sessions");
+    } else {
+        output::stdout(&session_render::session_list(
+            &sessions,
+            now_ms(),
+            ctx.style,
+        ))?;
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub fn history(ctx: &Ctx, args: HistoryArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    let (session, messages) = match ctx.request(&Request::SessionHistory { id })? {
+        Response::History { session, messages } => (session, messages),
+        other => return Err(unexpected("session_history", &other)),
+    };
+    if args.json {
+        let json = serde_json::to_string_pretty(&serde_json::json!({
+            "session": session,
+            "messages": messages,
+        }))
+        .context("cannot encode the history as JSON")?;
+        output::stdout(&format!("{json}\n"))?;
+        return Ok(exit::SUCCESS);
+    }
+    let mode = history_mode(args.reasoning);
+    let mut out = session_render::header(&session, now_ms(), mode.style);
+    if !messages.is_empty() {
+        out.push('\n');
+        out.push_str(&session_render::messages(
+            &messages,
+            session.context_base_idx,
+            &mode,
+        ));
+    }
+    output::stdout(&out)?;
+    Ok(exit::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names() {
+        assert!(looks_like_id("s1"));
+        assert!(looks_like_id("s42"));
+        assert!(!looks_like_id("s"));
+        assert!(!looks_like_id("work"));
+        assert!(!looks_like_id("s1x"));
+    }
+
+    #[test]
+    fn messages_lose_trailing_newlines_and_must_say_something() {
+        assert_eq!(clean_message("hi\n".into()).unwrap(), "hi");
+        assert_eq!(clean_message("a\n\nb\r\n".into()).unwrap(), "a\n\nb");
+        let err = clean_message(" \n".into()).unwrap_err();
+        assert_eq!(exit::code_for(&err), exit::USAGE);
+    }
+
+    #[test]
+    fn outcomes_map_to_exit_codes() {
+        assert_eq!(outcome_code(Outcome::Done), 0);
+        assert_eq!(outcome_code(Outcome::Cancelled), 5);
+        assert_eq!(outcome_code(Outcome::Failed), 1);
+    }
+
+    #[test]
+    fn workdirs_are_absolute_directories() {
+        let cwd = workdir_or_cwd(None).unwrap();
+        assert!(cwd.starts_with('/'), "{cwd}");
+        assert!(
+            workdir_or_cwd(Some(Path::new(".")))
+                .unwrap()
+                .starts_with('/')
+        );
+        let err = workdir_or_cwd(Some(Path::new("/nonexistent/dir"))).unwrap_err();
+        assert_eq!(exit::code_for(&err), exit::USAGE);
+    }
+}

@@ -1,0 +1,1156 @@
+//! Agent sessions end to end: the real flytod against the scripted fake
+//! OpenAI-compatible server of `flyto_tests::fake_llm`, driven through the
+//! protocol client and `flytoctl`: streaming, history and cost, tool
+//! rounds, the bash policy, Conflict, cancel (mid-stream and mid-tool),
+//! SIGKILL recovery, attach, agent plan steps, plans from a tool's child
+//! through FLYTO_PLAN_SOCK, retries (429, cut and idle streams), parallel
+//! calls, and the "no model configured" errors.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::fake_llm::{FakeLlm, Reply};
+use flyto_tests::flyto_protocol::{
+    BlockView, Client, ClientError, ErrorCode, Event, MessageView, PlanSpec, PlanState, Request,
+    Response, SessionEvent, SessionView, StepSpec, StepState,
+};
+use flyto_tests::{DEADLINE, Daemon, TestEnv, bin, wait_until};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const BASE: &str = "[daemon]\nshutdown_grace = \"1s\"\n\n[plans]\nkill_grace = \"200ms\"\n\n";
+
+/// Starts flytod with no proxy in the way of the loopback fake server.
+fn start(env: &TestEnv) -> Daemon {
+    env.try_start(&[
+        ("NO_PROXY", "127.0.0.1,localhost"),
+        ("no_proxy", "127.0.0.1,localhost"),
+    ])
+    .unwrap_or_else(|log| panic!("flytod did not become ready:\n{log}"))
+}
+
+/// A fake server with `script`, an env whose config points at it, flytod.
+fn setup(script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
+    let fake = FakeLlm::start(script);
+    let env = TestEnv::new(&format!("{BASE}{}", fake.config()));
+    let daemon = start(&env);
+    (fake, env, daemon)
+}
+
+fn workdir(env: &TestEnv, name: &str) -> PathBuf {
+    let dir = env.work.join(name);
+    std::fs::create_dir_all(&dir).expect("workdir");
+    dir
+}
+
+fn try_new_session(env: &TestEnv, dir: &Path) -> Result<SessionView, ClientError> {
+    env.client()
+        .call(&Request::SessionNew {
+            name: None,
+            workdir: Some(dir.display().to_string()),
+            model: None,
+        })
+        .map(|r| match r {
+            Response::Session { session } => session,
+            other => panic!("unexpected answer to session_new: {other:?}"),
+        })
+}
+
+fn new_session(env: &TestEnv, dir: &Path) -> String {
+    try_new_session(env, dir).expect("session_new").id
+}
+
+/// A client whose `session_send` has been sent; read it with [`next_event`].
+fn start_send(env: &TestEnv, id: &str, text: &str) -> Client {
+    let mut client = env.client();
+    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    client
+        .send(&Request::SessionSend {
+            id: id.into(),
+            text: text.into(),
+        })
+        .expect("send session_send");
+    client
+}
+
+/// The next session event on a send/attach stream; `None` at `End`.
+fn next_event(client: &mut Client, id: &str) -> Option<(u64, SessionEvent)> {
+    match client.recv().expect("session event") {
+        Response::Event {
+            seq,
+            event: Event::Session { session, event },
+        } => {
+            assert_eq!(session, id, "event of another session: {event:?}");
+            Some((seq, event))
+        }
+        Response::End {} => None,
+        other => panic!("unexpected frame in the session stream: {other:?}"),
+    }
+}
+
+/// Sends a message and returns every event of the run, checking the
+/// stream's shape: RunStart first, exactly one run-ending event, last,
+/// increasing sequence numbers, then End.
+fn send(env: &TestEnv, id: &str, text: &str) -> Vec<SessionEvent> {
+    let mut client = start_send(env, id, text);
+    let mut events = Vec::new();
+    let mut last_seq = 0;
+    while let Some((seq, event)) = next_event(&mut client, id) {
+        assert!(seq > last_seq, "seq {seq} after {last_seq}: {event:?}");
+        last_seq = seq;
+        events.push(event);
+    }
+    assert_run_shape(&events);
+    events
+}
+
+fn assert_run_shape(events: &[SessionEvent]) {
+    assert!(
+        matches!(events.first(), Some(SessionEvent::RunStart { .. })),
+        "a run starts with RunStart: {events:#?}"
+    );
+    let ends = events.iter().filter(|e| e.ends_run()).count();
+    assert_eq!(ends, 1, "exactly one run-ending event: {events:#?}");
+    assert!(
+        events.last().is_some_and(SessionEvent::ends_run),
+        "the run-ending event comes last: {events:#?}"
+    );
+}
+
+/// `session_send` that must be refused: its error code and message.
+fn send_refused(env: &TestEnv, id: &str, text: &str) -> (ErrorCode, String) {
+    let mut client = env.client();
+    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    match client.call(&Request::SessionSend {
+        id: id.into(),
+        text: text.into(),
+    }) {
+        Err(ClientError::Remote { code, message }) => (code, message),
+        other => panic!("session_send was not refused: {other:?}"),
+    }
+}
+
+fn cancel(env: &TestEnv, id: &str) -> SessionView {
+    match env
+        .client()
+        .call(&Request::SessionCancel { id: id.into() })
+        .expect("session_cancel")
+    {
+        Response::Session { session } => session,
+        other => panic!("unexpected answer to session_cancel: {other:?}"),
+    }
+}
+
+fn history(env: &TestEnv, id: &str) -> (SessionView, Vec<MessageView>) {
+    match env
+        .client()
+        .call(&Request::SessionHistory { id: id.into() })
+        .expect("session_history")
+    {
+        Response::History { session, messages } => (session, messages),
+        other => panic!("unexpected answer to session_history: {other:?}"),
+    }
+}
+
+fn text_of(events: &[SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Text { delta } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn done(events: &[SessionEvent]) -> bool {
+    matches!(events.last(), Some(SessionEvent::Done { .. }))
+}
+
+fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            SessionEvent::ToolResult {
+                id,
+                preview,
+                is_error,
+                ..
+            } if id == call => Some((preview.as_str(), *is_error)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no ToolResult for {call}: {events:#?}"))
+}
+
+fn message_text(m: &MessageView) -> String {
+    m.blocks
+        .iter()
+        .filter_map(|b| match b {
+            BlockView::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The stored result of tool call `call`.
+fn stored_result(messages: &[MessageView], call: &str) -> Option<(String, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.blocks)
+        .find_map(|b| match b {
+            BlockView::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } if call_id == call => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+}
+
+/// Every stored tool call has a result in the next message.
+fn assert_every_call_answered(messages: &[MessageView]) {
+    for (i, m) in messages.iter().enumerate() {
+        for b in &m.blocks {
+            if let BlockView::ToolUse { id, .. } = b {
+                let answered = messages.get(i + 1).is_some_and(|next| {
+                    next.blocks.iter().any(
+                        |nb| matches!(nb, BlockView::ToolResult { call_id, .. } if call_id == id),
+                    )
+                });
+                assert!(
+                    answered,
+                    "tool call {id} (message {i}) has no result in the next message: {messages:#?}"
+                );
+            }
+        }
+    }
+}
+
+/// The `role: "tool"` message answering `call` in a request body.
+fn request_tool_result(body: &Value, call: &str) -> String {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call} in {body:#}"))
+        .to_string()
+}
+
+/// Pids of live processes started for session `session` of this env: their
+/// environment holds FLYTO_SESSION_ID=<session> and a FLYTO_PLAN_SOCK in
+/// this env's socket directory.
+fn session_processes(env: &TestEnv, session: &str) -> Vec<i32> {
+    let sock_dir = env.sock.parent().expect("socket dir").display().to_string();
+    let want_id = format!("FLYTO_SESSION_ID={session}");
+    let mut pids = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<String> = environ
+            .split(|b| *b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        let ours = vars.contains(&want_id)
+            && vars.iter().any(|v| {
+                v.strip_prefix("FLYTO_PLAN_SOCK=")
+                    .is_some_and(|p| p.starts_with(&sock_dir))
+            });
+        if ours {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Kills what is left of a session's tool processes when a test ends, so
+/// a failing test leaves no `sleep` behind.
+struct ReapOnDrop<'a> {
+    env: &'a TestEnv,
+    id: String,
+}
+
+impl Drop for ReapOnDrop<'_> {
+    fn drop(&mut self) {
+        for pid in session_processes(self.env, &self.id) {
+            // SAFETY: signalling a process this test caused to be started
+            // (its environment names this env's socket directory).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn assert_no_model_message(message: &str) {
+    assert!(
+        message.contains("no model configured") && message.contains("[models."),
+        "the error should say what to set: {message}"
+    );
+}
+
+#[test]
+fn without_a_model_sessions_and_agent_steps_say_what_to_set() {
+    let fake = FakeLlm::start(vec![]);
+    let env = TestEnv::new(&format!("{BASE}{}", fake.config()));
+    let daemon = start(&env);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    // Take the model away and reload.
+    env.write_config(BASE);
+    daemon.signal(libc::SIGHUP);
+    let message = wait_until(
+        "the reload to drop the model",
+        DEADLINE,
+        || match try_new_session(&env, &dir) {
+            Err(ClientError::Remote { code, message }) => {
+                assert_eq!(code, ErrorCode::BadRequest, "{message}");
+                Some(message)
+            }
+            Ok(_) => None,
+            Err(e) => panic!("session_new: {e}"),
+        },
+    );
+    assert_no_model_message(&message);
+
+    let (code, message) = send_refused(&env, &id, "hello");
+    assert_eq!(code, ErrorCode::BadRequest, "{message}");
+    assert_no_model_message(&message);
+    let (_, messages) = history(&env, &id);
+    let out = env.ctl(&["session_new", "--workdir", &dir.display().to_string()]);
+    assert_eq!(out.code, 4, "{}\n{}", out.stdout, out.stderr);
+    assert_no_model_message(&out.stderr);
+    let out = env.ctl(&["session_send", &id, "hello"]);
+    assert_eq!(out.code, 4, "{}\n{}", out.stdout, out.stderr);
+    assert_no_model_message(&out.stderr);
+    assert!(messages.is_empty(), "nothing stored: {messages:#?}");
+
+    let plan = env.submit(PlanSpec {
+        name: None,
+        steps: vec![StepSpec {
+            id: "think".into(),
+            prompt: Some("summarize the repo".into()),
+            workdir: Some(dir.display().to_string()),
+            ..Default::default()
+        }],
+    });
+    let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Failed, "{view:#?}");
+    let step = &view.steps[0];
+    assert_eq!(step.state, StepState::Failed, "{view:#?}");
+    assert_no_model_message(step.error.as_deref().unwrap_or(""));
+    assert_eq!(fake.request_count(), 0);
+}
+
+#[test]
+fn a_text_reply_streams_and_is_recorded_with_its_cost() {
+    let answer = "Hello from the fake model — all good.";
+    let (fake, env, _daemon) = setup(vec![Reply::text(answer).usage(1200, 30)]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "Say hello");
+    assert!(done(&events), "{events:#?}");
+    assert!(
+        matches!(&events[1], SessionEvent::LlmStart { model } if model == "fake"),
+        "{events:#?}"
+    );
+    let deltas = events
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Text { .. }))
+        .count();
+    assert!(
+        deltas >= 2,
+        "the text arrives as several deltas: {events:#?}"
+    );
+    assert_eq!(text_of(&events), answer);
+    let cost = 1200.0 * 1.0 / 1e6 + 30.0 * 2.0 / 1e6;
+    let llm_end = events
+        .iter()
+        .find_map(|e| match e {
+            SessionEvent::LlmEnd {
+                input_tokens,
+                output_tokens,
+                cost_usd,
+                ..
+            } => Some((*input_tokens, *output_tokens, *cost_usd)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no LlmEnd: {events:#?}"));
+    assert_eq!((llm_end.0, llm_end.1), (1200, 30), "{events:#?}");
+    assert!((llm_end.2 - cost).abs() < 1e-9, "{events:#?}");
+
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "idle", "{session:#?}");
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert_eq!(messages[0].role, "user");
+    assert_eq!(message_text(&messages[0]), "Say hello");
+    assert_eq!(messages[1].role, "assistant");
+    assert_eq!(message_text(&messages[1]), answer);
+    assert_eq!((session.input_tokens, session.output_tokens), (1200, 30));
+
+    let stats = match env.client().call(&Request::Stats {}).expect("stats") {
+        Response::Stats { stats } => stats,
+        other => panic!("unexpected answer {other:?}"),
+    };
+    assert_eq!(stats.sessions, 1, "{stats:#?}");
+    assert_eq!((stats.input_tokens, stats.output_tokens), (1200, 30));
+    assert!((stats.cost_usd - cost).abs() < 1e-9, "{stats:#?}");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0];
+    assert_eq!(body["model"], "fake-model");
+    let msgs = body["messages"].as_array().expect("messages");
+    assert_eq!(msgs[0]["role"], "system");
+    let canonical = std::fs::canonicalize(&dir).expect("canonical workdir");
+    assert!(
+        msgs[0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains(&canonical.display().to_string())),
+        "the system prompt names the workdir: {}",
+        msgs[0]["content"]
+    );
+    assert_eq!(msgs.last().expect("last")["content"], "Say hello");
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    for tool in ["read", "write", "edit", "glob", "grep", "bash"] {
+        assert!(tools.contains(&tool), "{tool} is offered: {tools:?}");
+    }
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn a_tool_round_writes_reads_and_sends_results_after_their_calls() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "call_w",
+            "write",
+            json!({"path": "out.txt", "content": "hello file\nsecond line\n"}),
+        ),
+        Reply::tool_call("call_r", "read", json!({"path": "out.txt"})),
+        Reply::text("Wrote and read out.txt."),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "write out.txt then read it");
+    assert!(done(&events), "{events:#?}");
+    let (preview, is_error) = tool_result(&events, "call_w");
+    assert!(!is_error, "write failed: {preview}");
+    let (preview, is_error) = tool_result(&events, "call_r");
+    assert!(!is_error && preview.contains("hello file"), "{preview}");
+    assert_eq!(text_of(&events), "Wrote and read out.txt.");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).expect("out.txt in the workdir"),
+        "hello file\nsecond line\n"
+    );
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    // The results follow their calls directly.
+    for (n, call, name) in [(1, "call_w", "write"), (2, "call_r", "read")] {
+        let msgs = requests[n]["messages"].as_array().expect("messages");
+        let pos = msgs
+            .iter()
+            .position(|m| m["role"] == "tool" && m["tool_call_id"] == call)
+            .unwrap_or_else(|| panic!("request {n} has no result for {call}"));
+        assert_eq!(pos, msgs.len() - 1, "the result is the last message");
+        assert_eq!(msgs[pos - 1]["role"], "assistant");
+        assert_eq!(msgs[pos - 1]["tool_calls"][0]["id"], call);
+        assert_eq!(msgs[pos - 1]["tool_calls"][0]["function"]["name"], name);
+    }
+    assert!(request_tool_result(&requests[2], "call_r").contains("second line"));
+    fake.assert_protocol_ok();
+
+    let (_, messages) = history(&env, &id);
+    let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ],
+        "{messages:#?}"
+    );
+    assert_every_call_answered(&messages);
+}
+
+#[test]
+fn dangerous_bash_commands_are_blocked_and_the_model_is_told() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("call_rm", "bash", json!({"command": "rm -rf /"})),
+        Reply::tool_call(
+            "call_push",
+            "bash",
+            json!({"command": "touch pushed-marker && git push --force origin main"}),
+        ),
+        Reply::tool_call(
+            "call_ok",
+            "bash",
+            json!({"command": "echo fine > ok-marker"}),
+        ),
+        Reply::text("I will not do that."),
+    ]);
+    let dir = workdir(&env, "ws");
+    std::fs::write(dir.join("keep.txt"), "keep me").expect("keep.txt");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "clean up everything");
+    assert!(done(&events), "{events:#?}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    for (n, call) in [(1, "call_rm"), (2, "call_push")] {
+        let (preview, is_error) = tool_result(&events, call);
+        assert!(is_error, "{call} must be an error result: {preview}");
+        let content = request_tool_result(&requests[n], call).to_lowercase();
+        assert!(
+            ["block", "denied", "refused", "not allowed"]
+                .iter()
+                .any(|w| content.contains(w)),
+            "the model is told {call} was blocked: {content}"
+        );
+    }
+    // Nothing of the blocked commands ran; the harmless one did.
+    assert!(!dir.join("pushed-marker").exists(), "a blocked command ran");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.txt")).expect("keep.txt"),
+        "keep me"
+    );
+    let (preview, is_error) = tool_result(&events, "call_ok");
+    assert!(!is_error, "a harmless command is allowed: {preview}");
+    assert!(dir.join("ok-marker").exists());
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn a_second_send_while_running_is_a_conflict() {
+    let (fake, env, _daemon) = setup(vec![Reply::slow_text(
+        (1..=40).map(|i| format!("{i} ")),
+        Duration::from_millis(500),
+    )]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let mut first = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut first, &id);
+    let (code, message) = send_refused(&env, &id, "and another thing");
+    assert_eq!(code, ErrorCode::Conflict, "{message}");
+    assert!(
+        message.contains("session_cancel"),
+        "says how to go on: {message}"
+    );
+
+    cancel(&env, &id);
+    let rest = drain(&mut first, &id);
+    assert!(
+        matches!(rest.last(), Some(SessionEvent::Cancelled { .. })),
+        "{rest:#?}"
+    );
+    let (_, messages) = history(&env, &id);
+    assert_eq!(
+        messages.len(),
+        1,
+        "the refused message is not stored: {messages:#?}"
+    );
+    assert_eq!(message_text(&messages[0]), "count slowly");
+    assert_eq!(fake.request_count(), 1);
+}
+
+/// Reads the send stream until the first Text delta.
+fn wait_for_text(client: &mut Client, id: &str) {
+    loop {
+        match next_event(client, id) {
+            Some((_, SessionEvent::Text { .. })) => return,
+            Some((_, e)) if e.ends_run() => panic!("the run ended early: {e:?}"),
+            Some(_) => {}
+            None => panic!("the stream ended before any text"),
+        }
+    }
+}
+
+/// Reads the rest of a send stream (to End).
+fn drain(client: &mut Client, id: &str) -> Vec<SessionEvent> {
+    let mut events = Vec::new();
+    while let Some((_, e)) = next_event(client, id) {
+        events.push(e);
+    }
+    events
+}
+
+#[test]
+fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
+    let interval = Duration::from_secs(1);
+    let chunks = 30;
+    let (fake, env, _daemon) = setup(vec![
+        Reply::slow_text((1..=chunks).map(|i| format!("tick{i} ")), interval),
+        Reply::text("fresh start"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let mut stream = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut stream, &id);
+    let first_chunk = Instant::now();
+
+    let asked = Instant::now();
+    cancel(&env, &id);
+    let mut after = Vec::new();
+    let latency = loop {
+        match next_event(&mut stream, &id) {
+            Some((_, SessionEvent::Cancelled { message })) => {
+                let latency = asked.elapsed();
+                assert!(message.contains("send a message"), "{message}");
+                break latency;
+            }
+            Some((_, e)) => {
+                assert!(!e.ends_run(), "the run ended otherwise: {e:?}");
+                after.push(e);
+            }
+            None => panic!("the stream ended without Cancelled: {after:#?}"),
+        }
+    };
+    let stream_end = first_chunk + interval * (chunks - 1);
+    let remaining = stream_end.saturating_duration_since(asked);
+    println!("cancel latency (request to Cancelled event): {latency:?}");
+    assert!(
+        latency < remaining / 2,
+        "Cancelled took {latency:?}; the stream had {remaining:?} left"
+    );
+    assert!(
+        next_event(&mut stream, &id).is_none(),
+        "End follows Cancelled"
+    );
+    let hung_up = fake.wait_hangup(0, Duration::from_secs(10));
+    println!(
+        "fake server saw the connection closed {:?} after the cancel request",
+        hung_up.saturating_duration_since(asked)
+    );
+
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "idle", "{session:#?}");
+    assert!(
+        messages.iter().all(|m| m.role == "user"),
+        "no half-written assistant message is stored: {messages:#?}"
+    );
+    assert!(!messages.iter().any(|m| message_text(m).contains("tick")));
+
+    let events = send(&env, &id, "start over");
+    assert!(done(&events), "{events:#?}");
+    assert_eq!(text_of(&events), "fresh start");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        !requests[1].to_string().contains("tick1"),
+        "the partial reply is not sent back: {:#}",
+        requests[1]
+    );
+    fake.assert_protocol_ok();
+}
+
+/// Waits for the session's `bash` child to be visible in /proc.
+fn wait_for_tool_process(env: &TestEnv, id: &str) -> Vec<i32> {
+    wait_until("the tool process to start", DEADLINE, || {
+        let pids = session_processes(env, id);
+        (!pids.is_empty()).then_some(pids)
+    })
+}
+
+#[test]
+fn cancel_during_a_tool_kills_it_and_records_a_cancelled_result() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("call_sleep", "bash", json!({"command": "sleep 30"})),
+        Reply::text("continuing"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let _reap = ReapOnDrop {
+        env: &env,
+        id: id.clone(),
+    };
+
+    let mut stream = start_send(&env, &id, "wait a while");
+    loop {
+        match next_event(&mut stream, &id) {
+            Some((_, SessionEvent::ToolCall { id: call, .. })) if call == "call_sleep" => break,
+            Some((_, e)) => assert!(!e.ends_run(), "the run ended early: {e:?}"),
+            None => panic!("the stream ended before the tool call"),
+        }
+    }
+    let pids = wait_for_tool_process(&env, &id);
+    let asked = Instant::now();
+    cancel(&env, &id);
+    let rest = drain(&mut stream, &id);
+    let latency = asked.elapsed();
+    println!("cancel latency during a tool: {latency:?} (pids {pids:?})");
+    assert!(
+        matches!(rest.last(), Some(SessionEvent::Cancelled { .. })),
+        "{rest:#?}"
+    );
+    assert!(latency < Duration::from_secs(10), "{latency:?}");
+    wait_until(
+        "the tool's processes to be gone",
+        Duration::from_secs(10),
+        || session_processes(&env, &id).is_empty().then_some(()),
+    );
+
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "idle", "{session:#?}");
+    assert_every_call_answered(&messages);
+    let (content, is_error) =
+        stored_result(&messages, "call_sleep").expect("a result for the cancelled call");
+    assert!(
+        is_error && content.to_lowercase().contains("cancelled"),
+        "{content}"
+    );
+    assert_eq!(fake.request_count(), 1);
+
+    let events = send(&env, &id, "go on");
+    assert!(done(&events), "{events:#?}");
+    assert_eq!(text_of(&events), "continuing");
+    let requests = fake.requests();
+    assert!(
+        request_tool_result(&requests[1], "call_sleep")
+            .to_lowercase()
+            .contains("cancelled")
+    );
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn sigkill_mid_tool_then_restart_leaves_a_consistent_session() {
+    let (fake, env, daemon) = setup(vec![
+        Reply::tool_call("call_sleep", "bash", json!({"command": "sleep 30"})),
+        Reply::text("recovered"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    // The `sleep` outlives the killed flytod; it is ours to clean up.
+    let _reap = ReapOnDrop {
+        env: &env,
+        id: id.clone(),
+    };
+
+    let mut stream = start_send(&env, &id, "wait a while");
+    loop {
+        match next_event(&mut stream, &id) {
+            Some((_, SessionEvent::ToolCall { .. })) => break,
+            Some((_, e)) => assert!(!e.ends_run(), "the run ended early: {e:?}"),
+            None => panic!("the stream ended before the tool call"),
+        }
+    }
+    let pids = wait_for_tool_process(&env, &id);
+    // session_new answers once everything written so far is durable, so
+    // the stored tool call survives the kill.
+    new_session(&env, &dir);
+    daemon.kill9();
+    // The tool's process dies with flytod (it gets SIGKILL when its parent
+    // dies) rather than running on unowned.
+    wait_until(
+        &format!("the tool process {pids:?} to die with flytod"),
+        Duration::from_secs(10),
+        || session_processes(&env, &id).is_empty().then_some(()),
+    );
+    let _daemon = start(&env);
+
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "error", "{session:#?}");
+    assert!(
+        session
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("interrupted"),
+        "{session:#?}"
+    );
+    assert_every_call_answered(&messages);
+    let (content, is_error) =
+        stored_result(&messages, "call_sleep").expect("the interrupted call has a result");
+    assert!(is_error && content.contains("interrupted"), "{content}");
+
+    let events = send(&env, &id, "continue");
+    assert!(done(&events), "{events:#?}");
+    assert_eq!(text_of(&events), "recovered");
+    let requests = fake.wait_requests(2, DEADLINE);
+    assert!(request_tool_result(&requests[1], "call_sleep").contains("interrupted"));
+    fake.assert_protocol_ok();
+    let (session, _) = history(&env, &id);
+    assert_eq!(session.status, "idle", "{session:#?}");
+    assert_eq!(session.error, None, "{session:#?}");
+}
+
+#[test]
+fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::text("first answer"),
+        Reply::text("second answer"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    assert!(done(&send(&env, &id, "one")));
+
+    let mut watcher = env.client();
+    watcher.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    watcher
+        .send(&Request::SessionAttach {
+            id: id.clone(),
+            recent: Some(10),
+        })
+        .expect("attach");
+    match watcher.recv().expect("snapshot") {
+        Response::History { session, messages } => {
+            assert_eq!(session.id, id);
+            let texts: Vec<String> = messages.iter().map(message_text).collect();
+            assert_eq!(texts, ["one", "first answer"], "{messages:#?}");
+        }
+        other => panic!("attach starts with History, got {other:?}"),
+    }
+
+    let sent = send(&env, &id, "two");
+    assert!(done(&sent), "{sent:#?}");
+    let mut seen = Vec::new();
+    let mut last_seq = 0;
+    loop {
+        let (seq, event) = next_event(&mut watcher, &id).expect("attach stays open");
+        assert!(seq > last_seq, "seq {seq} after {last_seq}");
+        last_seq = seq;
+        let end = event.ends_run();
+        seen.push(event);
+        if end {
+            break;
+        }
+    }
+    assert_run_shape(&seen);
+    assert_eq!(seen, sent, "the attached client sees the same run");
+    assert_eq!(text_of(&seen), "second answer");
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn an_agent_step_writes_a_file_that_the_next_run_step_checks() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "call_w",
+            "write",
+            json!({"path": "made.txt", "content": "made by the agent\n"}),
+        ),
+        Reply::text("I wrote made.txt for you."),
+    ]);
+    let dir = workdir(&env, "plan-ws");
+    let wd = Some(dir.display().to_string());
+    let plan = env.submit(PlanSpec {
+        name: Some("agent then check".into()),
+        steps: vec![
+            StepSpec {
+                id: "agent".into(),
+                prompt: Some("create made.txt".into()),
+                workdir: wd.clone(),
+                ..Default::default()
+            },
+            StepSpec {
+                id: "check".into(),
+                run: Some("test -f made.txt && cat made.txt".into()),
+                deps: vec!["agent".into()],
+                workdir: wd,
+                ..Default::default()
+            },
+        ],
+    });
+    let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");
+    assert!(
+        view.steps[0]
+            .stdout_tail
+            .contains("I wrote made.txt for you."),
+        "{view:#?}"
+    );
+    assert_eq!(
+        view.steps[1].stdout_tail, "made by the agent\n",
+        "{view:#?}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let first = requests[0]["messages"].as_array().expect("messages");
+    assert_eq!(first.last().expect("prompt")["content"], "create made.txt");
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn a_tool_child_submits_a_plan_through_flyto_plan_sock() {
+    let command = format!(
+        "{} submit_plan --run 'echo nested' --wait",
+        bin("flytoctl").display()
+    );
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("call_nest", "bash", json!({ "command": command })),
+        Reply::text("the nested plan ran"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "run a nested plan");
+    assert!(done(&events), "{events:#?}");
+    let (preview, is_error) = tool_result(&events, "call_nest");
+    assert!(!is_error, "{preview}");
+    let requests = fake.requests();
+    let content = request_tool_result(&requests[1], "call_nest");
+    assert!(content.contains("nested"), "{content}");
+
+    let plans = match env
+        .client()
+        .call(&Request::PlanList {
+            state: None,
+            limit: None,
+        })
+        .expect("plan_list")
+    {
+        Response::Plans { plans } => plans,
+        other => panic!("unexpected answer {other:?}"),
+    };
+    assert_eq!(plans.len(), 1, "{plans:#?}");
+    let view = env.status(&plans[0].id);
+    assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");
+    assert_eq!(view.steps[0].stdout_tail, "nested\n");
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn a_429_with_retry_after_is_retried_with_a_notice() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::status(429, Some(1)),
+        Reply::text("after the rate limit"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "hello");
+    assert!(done(&events), "{events:#?}");
+    let notice = events
+        .iter()
+        .find_map(|e| match e {
+            SessionEvent::Notice { message } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Notice about the retry: {events:#?}"));
+    assert!(
+        notice.contains("rate limited") && notice.contains("retry"),
+        "{notice}"
+    );
+    assert_eq!(text_of(&events), "after the rate limit");
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 2);
+    let waited = seen[1].at.duration_since(seen[0].at);
+    assert!(
+        waited >= Duration::from_millis(900),
+        "retry-after: 1 was honoured: {waited:?}"
+    );
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn the_cli_drives_sessions() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "call_w",
+            "write",
+            json!({"path": "cli.txt", "content": "from the cli\n"}),
+        ),
+        Reply::text("All done via the CLI."),
+        Reply::slow_text(
+            (1..=40).map(|i| format!("{i} ")),
+            Duration::from_millis(500),
+        ),
+        Reply::text("Chatting works."),
+    ]);
+    let dir = workdir(&env, "ws");
+    let wd = dir.display().to_string();
+
+    let out = env.ctl(&["session_new", "--workdir", &wd, "--name", "helper"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    assert!(
+        id.starts_with('s'),
+        "session_new prints the id: {:?}",
+        out.stdout
+    );
+
+    let out = env.ctl(&["session_send", &id, "make cli.txt"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("All done via the CLI."),
+        "the reply goes to stdout: {:?}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("write"),
+        "tool calls are shown: {}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("cli.txt")).expect("cli.txt"),
+        "from the cli\n"
+    );
+
+    let out = env.ctl(&["session_history", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("make cli.txt") && out.stdout.contains("All done via the CLI."),
+        "{}",
+        out.stdout
+    );
+    let out = env.ctl(&["session_list"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&id) && out.stdout.contains("helper"),
+        "{}",
+        out.stdout
+    );
+
+    // A second send while a run is active is refused (exit 4); the
+    // session is found by name; session_cancel ends the run.
+    let mut running = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut running, &id);
+    let out = env.ctl(&["session_send", "helper", "more"]);
+    assert_eq!(out.code, 4, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("session_cancel"), "{}", out.stderr);
+    let out = env.ctl(&["session_cancel", "helper"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let rest = drain(&mut running, &id);
+    assert!(
+        matches!(rest.last(), Some(SessionEvent::Cancelled { .. })),
+        "{rest:#?}"
+    );
+
+    let out = env.ctl_with(&["chat", "--workdir", &wd], &[], Some("hello there\n"));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Chatting works."), "{}", out.stdout);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let last = requests[3]["messages"].as_array().expect("messages");
+    assert_eq!(last.last().expect("message")["content"], "hello there");
+    fake.assert_protocol_ok();
+}
+
+/// The text of the last attempt: deltas after the last `Restart`.
+fn final_text(events: &[SessionEvent]) -> String {
+    let start = events
+        .iter()
+        .rposition(|e| matches!(e, SessionEvent::Restart { .. }))
+        .map_or(0, |i| i + 1);
+    text_of(&events[start..])
+}
+
+#[test]
+fn cut_and_idle_streams_are_retried_without_splicing_replies() {
+    let fake = FakeLlm::start(vec![
+        Reply::text("a partial answer that").cut(),
+        Reply::hang(),
+        Reply::text("the whole answer"),
+    ]);
+    // A short idle guard and quick retries keep this test fast.
+    let models = fake.config().replace(
+        "output_price = 2.0\n",
+        "output_price = 2.0\nstream_idle_timeout = \"500ms\"\n",
+    );
+    let config = format!(
+        "{BASE}{models}\n[models.fake.retry]\ninitial_backoff = \"50ms\"\nmax_backoff = \"100ms\"\n"
+    );
+    let env = TestEnv::new(&config);
+    let _daemon = start(&env);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "answer fully");
+    assert!(done(&events), "{events:#?}");
+    let notices = events
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Notice { .. }))
+        .count();
+    assert_eq!(
+        notices, 2,
+        "one retry notice per failed attempt: {events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, SessionEvent::Restart { .. })),
+        "the partial text is declared void: {events:#?}"
+    );
+    assert_eq!(final_text(&events), "the whole answer");
+    fake.wait_hangup(1, DEADLINE);
+    assert_eq!(fake.request_count(), 3);
+
+    let (_, messages) = history(&env, &id);
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert_eq!(message_text(&messages[1]), "the whole answer");
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn parallel_tool_calls_get_their_results_in_call_order() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_calls(vec![
+            (
+                "call_a",
+                "write",
+                json!({"path": "a.txt", "content": "A"}).to_string(),
+            ),
+            (
+                "call_b",
+                "write",
+                json!({"path": "b.txt", "content": "B"}).to_string(),
+            ),
+            ("call_g", "glob", json!({"pattern": "*.txt"}).to_string()),
+            ("call_r", "read", json!({"path": "a.txt"}).to_string()),
+        ]),
+        Reply::text("Both files exist."),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send(&env, &id, "write two files and look");
+    assert!(done(&events), "{events:#?}");
+    for call in ["call_a", "call_b", "call_g", "call_r"] {
+        let (preview, is_error) = tool_result(&events, call);
+        assert!(!is_error, "{call}: {preview}");
+    }
+    let requests = fake.requests();
+    let msgs = requests[1]["messages"].as_array().expect("messages");
+    let calls: Vec<&str> = msgs[msgs.len() - 5]["tool_calls"]
+        .as_array()
+        .expect("the calls")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(calls, ["call_a", "call_b", "call_g", "call_r"]);
+    let results: Vec<&str> = msgs[msgs.len() - 4..]
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(results, ["call_a", "call_b", "call_g", "call_r"]);
+    let glob = request_tool_result(&requests[1], "call_g");
+    assert!(glob.contains("a.txt") && glob.contains("b.txt"), "{glob}");
+    assert!(request_tool_result(&requests[1], "call_r").contains('A'));
+    fake.assert_protocol_ok();
+}
