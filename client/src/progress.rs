@@ -121,6 +121,8 @@ mod tests {
 
     fn plan(states: &[(&str, StepState)]) -> PlanView {
         PlanView {
+            chain: "p1".into(),
+            depth: 0,
             id: "p1".into(),
             name: None,
             state: PlanState::Running,

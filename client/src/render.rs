@@ -217,6 +217,8 @@ mod tests {
         let mut docs = step("docs", "agent", StepState::Skipped);
         docs.max_attempts = 1;
         PlanView {
+            chain: "p1".into(),
+            depth: 0,
             id: "p12".into(),
             name: Some("nightly".into()),
             state: PlanState::Failed,
@@ -282,6 +284,7 @@ build stderr:
     fn renders_the_list_and_the_daemon_lines() {
         let plans = vec![PlanSummary {
             id: "p2".into(),
+            chain: "p1".into(),
             name: None,
             state: PlanState::Running,
             created_ms: 0,

@@ -98,6 +98,8 @@ fn text(bytes: &[u8]) -> String {
 
 fn plan(state: PlanState, step_state: StepState, out: &str, err: &str) -> PlanView {
     PlanView {
+        chain: "p1".into(),
+        depth: 0,
         id: "p1".into(),
         name: None,
         state,
@@ -280,6 +282,7 @@ fn status_list_ping_and_cancel() {
             reply(vec![Response::Plans {
                 plans: vec![PlanSummary {
                     id: "p1".into(),
+                    chain: "p1".into(),
                     name: Some("nightly".into()),
                     state: PlanState::Running,
                     created_ms: 0,

@@ -102,6 +102,9 @@ pub struct PlansSection {
     pub log_max_bytes: u64,
     /// Where steps without `workdir` run; the daemon's $HOME by default.
     pub default_workdir: Option<PathBuf>,
+    /// How deep plans submitted by agents and steps (through their
+    /// `FLYTO_PLAN_SOCK`) may nest.
+    pub max_depth: u32,
 }
 
 impl Default for PlansSection {
@@ -118,6 +121,7 @@ impl Default for PlansSection {
             output_tail_bytes: d.output_tail_bytes,
             log_max_bytes: d.log_max_bytes,
             default_workdir: None,
+            max_depth: d.max_depth,
         }
     }
 }
@@ -194,6 +198,7 @@ impl Config {
             output_tail_bytes: p.output_tail_bytes,
             log_max_bytes: p.log_max_bytes,
             plan_socket: socket.display().to_string(),
+            max_depth: p.max_depth,
             ..PlanConfig::default()
         };
         if let Some(dir) = &p.default_workdir {

@@ -8,11 +8,13 @@ mod listener;
 mod lock;
 mod notify;
 mod paths;
+mod plan_sockets;
 mod server;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use flyto_actors::llm::LlmClient;
+use flyto_actors::plans::PlanSockets;
 use flyto_actors::plans::{
     PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
     SledPlanStore,
@@ -22,7 +24,9 @@ use flyto_actors::store::Store;
 use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
 use flyto_actors::tools::Registry;
 use flyto_actors::{Clock, SystemClock};
+use plan_sockets::DaemonPlanSockets;
 use ractor::{Actor, ActorRef};
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -126,8 +130,33 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
     let restarts = Arc::new(AtomicU64::new(0));
 
+    // Bound before the actors start: recovery may restart steps, whose
+    // scoped plan sockets live next to it. Served (and READY) only after.
+    let bound = listener::bind(&socket_path)?;
+    let ctx = Arc::new(server::Ctx {
+        reader: reader.clone(),
+        draining: AtomicBool::new(false),
+        started,
+        restarts: restarts.clone(),
+        inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
+        connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+    });
+    let socket_dir = bound
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let plan_sockets = Arc::new(DaemonPlanSockets::new(
+        socket_dir,
+        ctx.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+
     let scheduler_spec = {
         let reader = reader.clone();
+        let sockets: Arc<dyn PlanSockets> = plan_sockets.clone();
         let plan_config = plan_config.clone();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         ChildSpec {
@@ -140,6 +169,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         .map(|c| c.clone())
                         .unwrap_or_else(|_| PlanConfig::default()),
                     clock: clock.clone(),
+                    sockets: sockets.clone(),
                 };
                 Box::pin(async move {
                     let (r, _) =
@@ -160,6 +190,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         ))),
         config: RwLock::new(config.session_config(&socket_path)),
         clock: Arc::new(SystemClock),
+        sockets: plan_sockets.clone(),
     });
     let sessions_spec = {
         let deps = session_deps.clone();
@@ -180,7 +211,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
-    // Recovery runs inside the children's start, before we bind and report READY.
+    // Recovery runs inside the children's start, before we serve and report READY.
     let (supervisor, supervisor_done) = Actor::spawn(
         Some("flyto.supervisor".into()),
         Supervisor,
@@ -193,18 +224,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     .await
     .context("cannot start the actors (see the log above)")?;
 
-    let bound = listener::bind(&socket_path)?;
-    let ctx = Arc::new(server::Ctx {
-        reader: reader.clone(),
-        draining: AtomicBool::new(false),
-        started,
-        restarts,
-        inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
-        connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
-    });
-    let server_task = tokio::spawn(server::serve(bound.listener, ctx.clone()));
+    let server_task = tokio::spawn(server::serve(bound.listener, ctx.clone(), None));
     tracing::info!(
         socket = %bound.path.display(),
         state = %state_dir.display(),
@@ -261,6 +281,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             "the actor supervisor gave up; exiting so the service manager restarts flytod"
         );
         store.sync_blocking()?;
+        plan_sockets.close_all();
         if bound.owned {
             let _ = std::fs::remove_file(&bound.path);
         }
@@ -283,6 +304,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     supervisor.stop(None);
     let _ = supervisor_done.await;
     server_task.abort();
+    plan_sockets.close_all();
     store.sync_blocking()?;
     if bound.owned {
         let _ = std::fs::remove_file(&bound.path);

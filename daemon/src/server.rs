@@ -2,7 +2,7 @@
 //! the handshake, and dispatch of requests to the plan reader or the
 //! scheduler. Only this module knows about connections.
 
-use flyto_actors::plans::{PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
+use flyto_actors::plans::{Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
 use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
 use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
@@ -34,7 +34,52 @@ pub struct Ctx {
     pub uid: u32,
 }
 
-pub async fn serve(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
+/// What a scoped plan socket may see: the plans of one chain, submitting
+/// one level deeper than its owner (a plan or a session).
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub owner: String,
+    pub chain: String,
+    pub depth: u32,
+}
+
+impl Scope {
+    /// Refuses what a scoped socket does not serve.
+    fn check(&self, req: &Request, ctx: &Ctx) -> Result<(), Reject> {
+        let id = match req {
+            Request::Hello { .. }
+            | Request::Ping {}
+            | Request::SubmitPlan { .. }
+            | Request::PlanList { .. } => return Ok(()),
+            Request::PlanStatus { id } | Request::PlanWatch { id } | Request::PlanCancel { id } => {
+                id
+            }
+            other => {
+                return Err(Reject::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "{} is not served here: this socket ({}'s FLYTO_PLAN_SOCK) serves plan requests only (submit_plan, plan_status, plan_watch, plan_cancel, plan_list, ping)",
+                        other.op(),
+                        self.owner
+                    ),
+                ));
+            }
+        };
+        match ctx.reader.status(id) {
+            Ok(plan) if plan.chain == self.chain => Ok(()),
+            Ok(_) => Err(Reject::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no plan `{id}` in chain {}: this socket sees only the plans of its own chain",
+                    self.chain
+                ),
+            )),
+            Err(r) => Err(r),
+        }
+    }
+}
+
+pub async fn serve(listener: tokio::net::UnixListener, ctx: Arc<Ctx>, scope: Option<Arc<Scope>>) {
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -45,9 +90,10 @@ pub async fn serve(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
             }
         };
         let ctx = ctx.clone();
+        let scope = scope.clone();
         tokio::spawn(async move {
             let permit = ctx.connections.clone().try_acquire_owned();
-            if let Err(e) = connection(stream, &ctx, permit.is_ok()).await {
+            if let Err(e) = connection(stream, &ctx, permit.is_ok(), scope).await {
                 tracing::debug!("connection ended: {e}");
             }
         });
@@ -62,6 +108,7 @@ enum Mode {
 struct Sink {
     w: OwnedWriteHalf,
     mode: Mode,
+    scope: Option<Arc<Scope>>,
 }
 
 impl Sink {
@@ -84,7 +131,12 @@ impl Sink {
     }
 }
 
-async fn connection(stream: UnixStream, ctx: &Ctx, admitted: bool) -> Result<(), FrameError> {
+async fn connection(
+    stream: UnixStream,
+    ctx: &Ctx,
+    admitted: bool,
+    scope: Option<Arc<Scope>>,
+) -> Result<(), FrameError> {
     let peer = stream.peer_cred().ok();
     let (r, w) = stream.into_split();
     let mut r = BufReader::new(r);
@@ -97,7 +149,7 @@ async fn connection(stream: UnixStream, ctx: &Ctx, admitted: bool) -> Result<(),
     } else {
         Mode::Binary
     };
-    let mut sink = Sink { w, mode };
+    let mut sink = Sink { w, mode, scope };
     let peer_uid = peer.map(|c| c.uid());
     if peer_uid != Some(ctx.uid) && peer_uid != Some(0) {
         tracing::warn!(
@@ -424,6 +476,11 @@ async fn session_attach(
 }
 
 async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
+    if let Some(scope) = &sink.scope
+        && let Err(r) = scope.check(&req, ctx)
+    {
+        return sink.error(r.code, r.message).await;
+    }
     let answer = match req {
         Request::Hello { .. } => Ok(Response::Welcome {
             protocol: PROTOCOL_VERSION,
@@ -445,9 +502,14 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     "flytod is shutting down: submit the plan again once it has restarted",
                 ))
             } else {
+                let origin = sink.scope.as_ref().map(|s| Origin {
+                    chain: s.chain.clone(),
+                    depth: s.depth + 1,
+                });
                 ask(ctx, |reply| SchedulerMsg::Submit {
                     plan,
                     idempotency_key,
+                    origin,
                     reply,
                 })
                 .await
@@ -455,10 +517,20 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             }
         }
         Request::PlanStatus { id } => ctx.reader.status(&id).map(|plan| Response::Plan { plan }),
-        Request::PlanList { state, limit } => ctx
-            .reader
-            .list(state, limit.unwrap_or(50).clamp(1, 10_000) as usize)
-            .map(|plans| Response::Plans { plans }),
+        Request::PlanList { state, limit } => {
+            let limit = limit.unwrap_or(50).clamp(1, 10_000) as usize;
+            match &sink.scope {
+                None => ctx.reader.list(state, limit),
+                // A chain is small; look further back and keep its plans.
+                Some(scope) => ctx.reader.list(state, 10_000).map(|all| {
+                    all.into_iter()
+                        .filter(|p| p.chain == scope.chain)
+                        .take(limit)
+                        .collect()
+                }),
+            }
+            .map(|plans| Response::Plans { plans })
+        }
         Request::PlanCancel { id } => {
             let key = id.clone();
             ask(ctx, |reply| SchedulerMsg::Cancel { id: key, reply })

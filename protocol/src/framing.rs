@@ -211,6 +211,8 @@ mod tests {
             started_ms: Some(2),
             finished_ms: None,
             revision: 3,
+            chain: "p1".into(),
+            depth: 0,
             steps: vec![StepView {
                 id: "a".into(),
                 kind: "run".into(),
@@ -339,6 +341,7 @@ mod tests {
             Response::Plans {
                 plans: vec![PlanSummary {
                     id: "p1".into(),
+                    chain: "p1".into(),
                     name: Some("n".into()),
                     state: PlanState::Pending,
                     created_ms: 1,

@@ -413,6 +413,11 @@ pub struct PlanView {
     pub finished_ms: Option<u64>,
     /// Increases with every persisted transition; watch events carry it.
     pub revision: u64,
+    /// The chain the plan belongs to (its own id when a user submitted it)
+    /// and how deep in it: plans submitted by an agent or a step are one
+    /// level below what submitted them.
+    pub chain: String,
+    pub depth: u32,
     pub steps: Vec<StepView>,
 }
 
@@ -442,6 +447,7 @@ pub struct StepView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanSummary {
     pub id: String,
+    pub chain: String,
     pub name: Option<String>,
     pub state: PlanState,
     pub created_ms: u64,

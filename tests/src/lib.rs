@@ -213,6 +213,13 @@ impl TestEnv {
         }
     }
 
+    /// `FLYTO_PLAN_SOCK=<socket dir>/`: every plan socket this env's daemon
+    /// hands to a child starts so (each plan and session gets its own).
+    pub fn plan_sock_prefix(&self) -> String {
+        let dir = self.sock.parent().unwrap_or(&self.sock);
+        format!("FLYTO_PLAN_SOCK={}/", dir.display())
+    }
+
     /// A protocol client (handshake done).
     pub fn client(&self) -> flyto_protocol::Client {
         flyto_protocol::Client::connect(&self.sock).expect("connect to flytod")

@@ -470,7 +470,7 @@ fn a_flood_of_output_is_bounded_in_the_record_the_log_and_memory() {
 /// Live processes of step `plan/main` of this env's daemon.
 fn step_processes(env: &TestEnv, plan: &str) -> Vec<i32> {
     let marker = format!("FLYTO_STEP={plan}/main");
-    let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+    let sock = env.plan_sock_prefix();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry
@@ -484,7 +484,8 @@ fn step_processes(env: &TestEnv, plan: &str) -> Vec<i32> {
             continue;
         };
         let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-        if vars.contains(&marker.as_bytes()) && vars.contains(&sock.as_bytes()) {
+        if vars.contains(&marker.as_bytes()) && vars.iter().any(|v| v.starts_with(sock.as_bytes()))
+        {
             pids.push(pid);
         }
     }

@@ -18,7 +18,7 @@ const FAST: &str = "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"2
 /// left and do not count.
 pub(crate) fn step_processes(env: &TestEnv, marker: &str) -> Vec<i32> {
     let step = format!("FLYTO_STEP={marker}");
-    let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+    let sock = env.plan_sock_prefix();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
@@ -41,8 +41,16 @@ fn process_has(pid: i32, vars: &[&str]) -> bool {
     let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
         return false;
     };
-    vars.iter()
-        .all(|v| environ.split(|b| *b == 0).any(|kv| kv == v.as_bytes()))
+    // A var ending in `/` is a prefix (the daemon's socket directory).
+    vars.iter().all(|v| {
+        environ.split(|b| *b == 0).any(|kv| {
+            if v.ends_with('/') {
+                kv.starts_with(v.as_bytes())
+            } else {
+                kv == v.as_bytes()
+            }
+        })
+    })
 }
 
 /// Waits until no process of step `marker` of `env` is left.
@@ -243,7 +251,7 @@ fn a_step_running_during_sigkill_runs_again_and_its_processes_are_killed() {
         "the killed attempt's processes to be gone",
         DEADLINE,
         || {
-            let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+            let sock = env.plan_sock_prefix();
             let step = format!("FLYTO_STEP={marker}");
             let left: Vec<i32> = first_attempt
                 .iter()

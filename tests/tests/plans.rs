@@ -58,7 +58,7 @@ fn finish_ctl(mut child: Child, limit: Duration) -> (i32, String, String) {
 /// parallel tests with the same plan ids do not see each other's).
 fn step_processes(env: &TestEnv, plan: &str, step: &str) -> Vec<i32> {
     let marker = format!("FLYTO_STEP={plan}/{step}");
-    let sock = format!("FLYTO_PLAN_SOCK={}", env.sock.display());
+    let sock = env.plan_sock_prefix();
     let mut pids = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return pids;
@@ -75,7 +75,8 @@ fn step_processes(env: &TestEnv, plan: &str, step: &str) -> Vec<i32> {
             continue;
         };
         let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-        if vars.contains(&marker.as_bytes()) && vars.contains(&sock.as_bytes()) {
+        if vars.contains(&marker.as_bytes()) && vars.iter().any(|v| v.starts_with(sock.as_bytes()))
+        {
             pids.push(pid);
         }
     }
@@ -776,7 +777,7 @@ fn steps_get_the_flyto_variables_but_not_the_daemons_secrets() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let vars = out.stdout;
     assert!(
-        vars.contains(&format!("FLYTO_PLAN_SOCK={}\n", env.sock.display())),
+        vars.contains(&format!("{}plan-{id}.sock\n", env.plan_sock_prefix())),
         "{vars}"
     );
     assert!(vars.contains(&format!("FLYTO_CHAIN={id}\n")), "{vars}");
@@ -908,4 +909,51 @@ fn flytoctl_without_a_daemon_exits_3_and_says_how_to_start_it() {
         );
         assert!(out.stdout.is_empty(), "{}", out.stdout);
     }
+}
+
+/// A step's children reach the daemon through a socket scoped to the
+/// step's chain: plans they submit nest one level deeper, past
+/// `plans.max_depth` they are refused, and nothing but plan requests is
+/// served there.
+#[test]
+fn plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap() {
+    let env = TestEnv::new("[plans]\nmax_parallel_plans = 8\nmax_depth = 2\n");
+    let _daemon = env.start();
+    let script = env.work.join("nest.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "exec {} submit_plan --run 'sh {}' --wait\n",
+            flyto_tests::bin("flytoctl").display(),
+            script.display()
+        ),
+    )
+    .expect("script");
+    let top = env.submit(TestEnv::run_plan(&format!("sh {}", script.display())));
+    let view = env.wait_plan(&top, "failed", is_state(PlanState::Failed));
+    assert_eq!(view.depth, 0);
+    let plans = list(&env, None);
+    // The top plan and two nested levels; the third level was refused.
+    assert_eq!(plans.len(), 3, "{plans:?}");
+    assert!(plans.iter().all(|p| p.chain == top), "{plans:?}");
+    let deepest = env.status(&plans[0].id);
+    assert_eq!(deepest.depth, 2);
+    let tail = &deepest.steps[0].stderr_tail;
+    assert!(tail.contains("PermissionDenied"), "{tail}");
+    assert!(tail.contains("max_depth = 2"), "{tail}");
+
+    // Only plan requests, and only this chain's plans, on a scoped socket.
+    let other = env.submit(TestEnv::run_plan("true"));
+    env.wait_plan(&other, "succeeded", is_state(PlanState::Succeeded));
+    let probe = env.submit(TestEnv::run_plan(&format!(
+        "{ctl} session_list; echo \"sessions=$?\"; {ctl} plan_status {other}; echo \"other=$?\"; {ctl} plan_status {top} >/dev/null; echo \"top=$?\"; {ctl} plan_status $FLYTO_PLAN_ID >/dev/null; echo \"self=$?\"",
+        ctl = flyto_tests::bin("flytoctl").display()
+    )));
+    let view = env.wait_plan(&probe, "succeeded", is_state(PlanState::Succeeded));
+    let step = &view.steps[0];
+    assert!(step.stdout_tail.contains("sessions=4"), "{step:?}");
+    assert!(step.stderr_tail.contains("plan requests only"), "{step:?}");
+    assert!(step.stdout_tail.contains("other=4"), "{step:?}");
+    assert!(step.stdout_tail.contains("top=4"), "{step:?}");
+    assert!(step.stdout_tail.contains("self=0"), "{step:?}");
 }

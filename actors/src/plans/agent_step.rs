@@ -16,7 +16,9 @@ pub struct AgentStep {
     /// A named session to use (created if missing); a new one otherwise.
     pub session: Option<String>,
     pub workdir: String,
+    /// The plan's chain and depth; the session works at the same depth.
     pub chain: String,
+    pub depth: u32,
     pub timeout: Duration,
 }
 
@@ -66,7 +68,7 @@ pub async fn run(
                 name: None,
                 workdir: Some(workdir),
                 model: None,
-                chain: Some((chain, 1)),
+                chain: Some((chain, step.depth)),
                 reply,
             })
             .await

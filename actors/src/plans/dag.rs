@@ -102,6 +102,8 @@ mod tests {
 
     fn plan(steps: Vec<StepRecord>) -> PlanRecord {
         PlanRecord {
+            chain: "p1".into(),
+            depth: 0,
             id: 1,
             name: None,
             state: PlanState::Running,

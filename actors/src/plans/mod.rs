@@ -37,8 +37,11 @@ pub struct PlanConfig {
     pub output_tail_bytes: usize,
     pub log_max_bytes: u64,
     pub default_workdir: String,
-    /// Given to `run` steps as `FLYTO_PLAN_SOCK`.
+    /// The control socket; children get a scoped one from [`PlanSockets`]
+    /// and this only when that fails.
     pub plan_socket: String,
+    /// How deep plans submitted by agents and steps may nest.
+    pub max_depth: u32,
 }
 
 impl Default for PlanConfig {
@@ -55,8 +58,37 @@ impl Default for PlanConfig {
             log_max_bytes: 8 * 1024 * 1024,
             default_workdir: std::env::var("HOME").unwrap_or_else(|_| "/".into()),
             plan_socket: String::new(),
+            max_depth: 3,
         }
     }
+}
+
+/// Where a submitted plan comes from when a step's or an agent's child
+/// submits it: its chain, and its depth (one below the submitter).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Origin {
+    pub chain: String,
+    pub depth: u32,
+}
+
+/// Per-scope plan sockets, opened by the daemon (the only part that knows
+/// sockets): the path a child of `key` (a plan or session id) gets as
+/// `FLYTO_PLAN_SOCK`. It serves plan requests only, sees only plans of
+/// `chain`, and submits at `depth + 1`.
+pub trait PlanSockets: Send + Sync + 'static {
+    /// The socket's path, or `None` when it could not be opened.
+    fn open(&self, key: &str, chain: &str, depth: u32) -> Option<String>;
+    fn close(&self, key: &str);
+}
+
+/// No scoped sockets: children get the control socket (tests, tools).
+pub struct NoPlanSockets;
+
+impl PlanSockets for NoPlanSockets {
+    fn open(&self, _key: &str, _chain: &str, _depth: u32) -> Option<String> {
+        None
+    }
+    fn close(&self, _key: &str) {}
 }
 
 /// A refused request: the code and a sentence the user can act on.

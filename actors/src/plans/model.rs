@@ -4,7 +4,7 @@ use flyto_protocol::{PlanState, PlanSummary, PlanView, StepState, StepView};
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-pub const PLAN_FORMAT_VERSION: u32 = 1;
+pub const PLAN_FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
@@ -18,6 +18,43 @@ pub struct PlanRecord {
     pub revision: u64,
     pub idempotency_key: Option<String>,
     pub steps: Vec<StepRecord>,
+    /// Added in format 2: the chain and depth (0 for plans users submit).
+    pub chain: String,
+    pub depth: u32,
+}
+
+/// Format 1, before plans knew their chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecordV1 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub state: PlanState,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub revision: u64,
+    pub idempotency_key: Option<String>,
+    pub steps: Vec<StepRecord>,
+}
+
+impl From<PlanRecordV1> for PlanRecord {
+    fn from(v1: PlanRecordV1) -> PlanRecord {
+        PlanRecord {
+            chain: format_id(v1.id),
+            depth: 0,
+            id: v1.id,
+            name: v1.name,
+            state: v1.state,
+            reason: v1.reason,
+            created_ms: v1.created_ms,
+            started_ms: v1.started_ms,
+            finished_ms: v1.finished_ms,
+            revision: v1.revision,
+            idempotency_key: v1.idempotency_key,
+            steps: v1.steps,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +121,8 @@ impl PlanRecord {
             started_ms: self.started_ms,
             finished_ms: self.finished_ms,
             revision: self.revision,
+            chain: self.chain.clone(),
+            depth: self.depth,
             steps: self
                 .steps
                 .iter()
@@ -122,6 +161,8 @@ impl PlanRecord {
             started_ms: self.started_ms,
             finished_ms: self.finished_ms,
             revision: self.revision,
+            chain: self.chain,
+            depth: self.depth,
             steps: self
                 .steps
                 .into_iter()
@@ -154,6 +195,7 @@ impl PlanRecord {
 
     pub fn summary(&self) -> PlanSummary {
         PlanSummary {
+            chain: self.chain.clone(),
             id: format_id(self.id),
             name: self.name.clone(),
             state: self.state,
@@ -224,6 +266,8 @@ mod tests {
             finished_ms: Some(5),
             revision: 6,
             idempotency_key: Some("k".into()),
+            chain: "p1".into(),
+            depth: 1,
             steps: vec![
                 step(
                     "a",

@@ -6,7 +6,7 @@ use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, parse_id, plan_log_dir, step_log_path};
 use super::reader::PlanReader;
 use super::validate::{Limits, validate};
-use super::{PlanConfig, Reject};
+use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
 use crate::store::AfterSync;
 use crate::tools::env::child_env;
@@ -23,6 +23,9 @@ pub enum SchedulerMsg {
     Submit {
         plan: PlanSpec,
         idempotency_key: Option<String>,
+        /// Set when a step's or an agent's child submits (through its
+        /// scoped plan socket); `None` for a user.
+        origin: Option<Origin>,
         reply: RpcReplyPort<Result<(String, bool), Reject>>,
     },
     Cancel {
@@ -55,6 +58,7 @@ pub struct SchedulerArgs {
     pub reader: PlanReader,
     pub config: PlanConfig,
     pub clock: Arc<dyn Clock>,
+    pub sockets: Arc<dyn PlanSockets>,
 }
 
 pub struct SchedulerActor;
@@ -71,6 +75,7 @@ pub struct SchedulerState {
     started: BTreeSet<u64>,
     drain: Option<Vec<RpcReplyPort<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
+    sockets: Arc<dyn PlanSockets>,
 }
 
 struct ActivePlan {
@@ -101,6 +106,7 @@ impl Actor for SchedulerActor {
             started: BTreeSet::new(),
             drain: None,
             sweeper: None,
+            sockets: args.sockets,
         };
         state.recover()?;
         state.sweep()?;
@@ -132,9 +138,10 @@ impl Actor for SchedulerActor {
             SchedulerMsg::Submit {
                 plan,
                 idempotency_key,
+                origin,
                 reply,
             } => {
-                let answer = state.submit(plan, idempotency_key);
+                let answer = state.submit(plan, idempotency_key, origin);
                 let started = answer.is_ok();
                 state.reply_after_sync(reply, answer);
                 if started {
@@ -226,6 +233,9 @@ impl SchedulerState {
                 m.remove(&id);
             }
         }));
+        if terminal {
+            self.sockets.close(&format_id(id));
+        }
         if terminal && let Some(ap) = self.active.remove(&id) {
             let state = ap.rec.state;
             for w in ap.cancel_waiters {
@@ -267,11 +277,27 @@ impl SchedulerState {
         );
     }
 
-    fn submit(&mut self, spec: PlanSpec, key: Option<String>) -> Result<(String, bool), Reject> {
+    fn submit(
+        &mut self,
+        spec: PlanSpec,
+        key: Option<String>,
+        origin: Option<Origin>,
+    ) -> Result<(String, bool), Reject> {
         if self.drain.is_some() {
             return Err(Reject::new(
                 ErrorCode::Unavailable,
                 "flytod is shutting down: submit the plan again once it has restarted",
+            ));
+        }
+        if let Some(o) = &origin
+            && o.depth > self.config.max_depth
+        {
+            return Err(Reject::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "plan depth {} would exceed plans.max_depth = {} in chain {}: plans started by agents and steps may nest only that deep, so an agent cannot spawn itself without end; do the work in this plan instead",
+                    o.depth, self.config.max_depth, o.chain
+                ),
             ));
         }
         if let Some(k) = &key {
@@ -310,6 +336,10 @@ impl SchedulerState {
             revision: 1,
             idempotency_key: key,
             steps,
+            chain: origin
+                .as_ref()
+                .map_or_else(|| format_id(id), |o| o.chain.clone()),
+            depth: origin.as_ref().map_or(0, |o| o.depth),
         };
         self.reader
             .store
@@ -340,7 +370,7 @@ impl SchedulerState {
                 process::kill_orphaned_group(
                     s.pgid.take(),
                     &step_marker(rec.id, &s.id),
-                    &self.config.plan_socket,
+                    &socket_dir(&self.config.plan_socket),
                 );
                 changed = true;
                 if s.attempts >= s.max_attempts {
@@ -506,7 +536,8 @@ impl SchedulerState {
                 prompt: prompt.clone(),
                 session: session.clone(),
                 workdir: step.workdir.clone(),
-                chain: format_id(plan),
+                chain: ap.rec.chain.clone(),
+                depth: ap.rec.depth,
                 timeout: Duration::from_secs(step.timeout_secs),
             }),
         };
@@ -531,9 +562,13 @@ impl SchedulerState {
         step.has_log = log_path.is_some() && agent.is_none();
         let step_id = step.id.clone();
         let marker = step_marker(plan, &step_id);
+        let plan_sock = self
+            .sockets
+            .open(&format_id(plan), &ap.rec.chain, ap.rec.depth)
+            .unwrap_or_else(|| config.plan_socket.clone());
         let extra = [
-            ("FLYTO_PLAN_SOCK".to_string(), config.plan_socket.clone()),
-            ("FLYTO_CHAIN".to_string(), format_id(plan)),
+            ("FLYTO_PLAN_SOCK".to_string(), plan_sock),
+            ("FLYTO_CHAIN".to_string(), ap.rec.chain.clone()),
             ("FLYTO_PLAN_ID".to_string(), format_id(plan)),
             ("FLYTO_STEP".to_string(), marker),
         ];
@@ -738,6 +773,13 @@ impl SchedulerState {
             }
         }
     }
+}
+
+fn socket_dir(socket: &str) -> String {
+    std::path::Path::new(socket)
+        .parent()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default()
 }
 
 /// Put in each child's environment so a restarted daemon can recognise the

@@ -13,8 +13,10 @@
 //! (written before they existed) gets them from a scan of the state index
 //! at open.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord};
-use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
+use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1};
+use crate::store::{
+    AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
+};
 use flyto_protocol::PlanState;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -154,8 +156,11 @@ impl SledPlanStore {
     }
 
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, _| {
-            Err(format!("no migration from plan format {found}"))
+        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, body| {
+            if found != 1 {
+                return Err(format!("no migration from plan format {found}"));
+            }
+            decode_body::<PlanRecordV1>(body).map(PlanRecord::from)
         })
     }
 }
@@ -414,6 +419,8 @@ mod tests {
             finished_ms: state.is_terminal().then_some(1000 + id),
             revision: 1,
             idempotency_key: Some(format!("key-{id}")),
+            chain: format!("p{id}"),
+            depth: 0,
             steps: vec![StepRecord {
                 id: "main".into(),
                 action: StepAction::Run {

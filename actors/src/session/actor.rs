@@ -93,6 +93,7 @@ impl Actor for SessionActor {
         if let Some(cancel) = state.run.take() {
             cancel.cancel();
         }
+        state.deps.sockets.close(&format_id(state.rec.id));
         Ok(())
     }
 

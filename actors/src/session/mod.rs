@@ -27,6 +27,7 @@ pub use store::{SessionStore, SledSessionStore};
 
 use crate::clock::Clock;
 use crate::llm::{LlmClient, Models};
+use crate::plans::PlanSockets;
 use crate::tools::Registry;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -44,7 +45,8 @@ pub struct SessionConfig {
     pub default_workdir: String,
     /// Profile or role used when a session names none.
     pub default_model: String,
-    /// Given to tool processes as `FLYTO_PLAN_SOCK`.
+    /// The control socket: tool processes get it as `FLYTO_PLAN_SOCK` only
+    /// when no scoped plan socket could be opened.
     pub plan_socket: String,
 }
 
@@ -70,6 +72,8 @@ pub struct SessionDeps {
     pub tools: Registry,
     pub config: RwLock<SessionConfig>,
     pub clock: Arc<dyn Clock>,
+    /// Scoped plan sockets for the agent's children.
+    pub sockets: Arc<dyn PlanSockets>,
 }
 
 impl SessionDeps {

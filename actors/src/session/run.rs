@@ -193,7 +193,12 @@ async fn drive(
         env: child_env(
             std::env::vars(),
             &[
-                ("FLYTO_PLAN_SOCK".into(), config.plan_socket.clone()),
+                (
+                    "FLYTO_PLAN_SOCK".into(),
+                    deps.sockets
+                        .open(&id, &rec.chain, rec.depth)
+                        .unwrap_or_else(|| config.plan_socket.clone()),
+                ),
                 ("FLYTO_SESSION_ID".into(), id.clone()),
                 ("FLYTO_CHAIN".into(), rec.chain.clone()),
             ],

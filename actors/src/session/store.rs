@@ -6,7 +6,7 @@
 
 use super::model::{SESSION_FORMAT_VERSION, SessionRecord};
 use crate::llm::Message;
-use crate::store::{AfterSync, Store, StoreError, decode_record, encode_record};
+use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
 
 pub trait SessionStore: Send + Sync + 'static {
     fn next_id(&self) -> Result<u64, StoreError>;
@@ -36,10 +36,6 @@ impl SledSessionStore {
         let tree = store.tree("sessions")?;
         Ok(SledSessionStore { store, tree })
     }
-
-    fn err(&self, e: sled::Error) -> StoreError {
-        self.store.sled_err(e)
-    }
 }
 
 fn record_key(id: u64) -> Vec<u8> {
@@ -67,9 +63,8 @@ fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {
 impl SessionStore for SledSessionStore {
     fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self
-            .tree
-            .get(b"n")
-            .map_err(|e| self.err(e))?
+            .store
+            .get(&self.tree, b"n")?
             .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
             .map(u64::from_be_bytes)
             .unwrap_or(1))
@@ -81,7 +76,7 @@ impl SessionStore for SledSessionStore {
         messages: &[Message],
         new: bool,
     ) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::new();
         batch.insert(
             record_key(record.id),
             encode_record(SESSION_FORMAT_VERSION, record),
@@ -94,15 +89,13 @@ impl SessionStore for SledSessionStore {
             );
         }
         if new {
-            batch.insert(&b"n"[..], &(record.id + 1).to_be_bytes());
+            batch.insert(&b"n"[..], (record.id + 1).to_be_bytes());
         }
-        self.tree.apply_batch(batch).map_err(|e| self.err(e))?;
-        self.store.mark_dirty();
-        Ok(())
+        self.store.apply(&self.tree, &batch)
     }
 
     fn get(&self, id: u64) -> Result<Option<SessionRecord>, StoreError> {
-        match self.tree.get(record_key(id)).map_err(|e| self.err(e))? {
+        match self.store.get(&self.tree, &record_key(id))? {
             Some(bytes) => Ok(Some(decode_record(
                 "session record",
                 &bytes,
@@ -115,8 +108,8 @@ impl SessionStore for SledSessionStore {
 
     fn list(&self) -> Result<Vec<SessionRecord>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.tree.scan_prefix(b"r") {
-            let (_, v) = kv.map_err(|e| self.err(e))?;
+        for kv in self.store.scan_prefix(&self.tree, b"r", false) {
+            let (_, v) = kv?;
             out.push(decode_record(
                 "session record",
                 &v,
@@ -129,9 +122,12 @@ impl SessionStore for SledSessionStore {
 
     fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError> {
         let mut out = Vec::new();
-        let end = message_key(id, u64::MAX);
-        for kv in self.tree.range(message_key(id, from)..=end) {
-            let (k, v) = kv.map_err(|e| self.err(e))?;
+        let end = message_prefix(id + 1);
+        for kv in self
+            .store
+            .range(&self.tree, &message_key(id, from), &end, false)
+        {
+            let (k, v) = kv?;
             let idx = k
                 .get(9..17)
                 .and_then(|b| <[u8; 8]>::try_from(b).ok())

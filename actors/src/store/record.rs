@@ -18,6 +18,13 @@ pub fn encode_record<T: Serialize>(format_version: u32, record: &T) -> Vec<u8> {
     out
 }
 
+/// Decodes a record body of a known format (for migrations).
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    bincode::serde::decode_from_slice(body, config())
+        .map(|(record, _)| record)
+        .map_err(|e| e.to_string())
+}
+
 /// Decodes a record written with `format_version <= supported`. Older
 /// versions are handed to `migrate`, which returns the current record.
 /// `key` names the record in errors; it is only formatted on an error.

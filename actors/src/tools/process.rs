@@ -172,12 +172,13 @@ pub fn kill_group(pgid: i32, signal: i32) {
 /// After a crash: kills the process groups left over from an interrupted
 /// step. A process is a leftover when its environment carries
 /// `FLYTO_STEP=<marker>` and either it is in the recorded group `pgid`, or
-/// it carries `FLYTO_PLAN_SOCK=<plan_sock>`: the group may not have been
+/// it carries a `FLYTO_PLAN_SOCK` in `socket_dir`: the group may not have been
 /// recorded before the crash, and no other live daemon hands out that socket.
 /// The marker check means a reused pid is never hit.
-pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, plan_sock: &str) {
+pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, socket_dir: &str) {
     let want = format!("FLYTO_STEP={marker}");
-    let sock = format!("FLYTO_PLAN_SOCK={plan_sock}");
+    // Every socket this daemon hands out lives in its socket directory.
+    let sock = format!("FLYTO_PLAN_SOCK={}/", socket_dir.trim_end_matches('/'));
     // SAFETY: getpgrp has no preconditions.
     let own_group = unsafe { libc::getpgrp() };
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -206,7 +207,12 @@ pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, plan_sock: &str) {
             continue;
         };
         let has = |var: &str| environ.split(|b| *b == 0).any(|kv| kv == var.as_bytes());
-        if pgrp != own_group && has(&want) && (Some(pgrp) == pgid || has(&sock)) {
+        let has_prefix = |p: &str| {
+            environ
+                .split(|b| *b == 0)
+                .any(|kv| kv.starts_with(p.as_bytes()))
+        };
+        if pgrp != own_group && has(&want) && (Some(pgrp) == pgid || has_prefix(&sock)) {
             tracing::warn!(
                 pgid = pgrp,
                 step = marker,

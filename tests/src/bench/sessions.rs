@@ -53,6 +53,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
+    println!("load average at the start: {}", loadavg());
     let server = StreamServer::spawn(args.deltas, args.interval)?;
     streaming(&rt, &server, args)?;
     idle_sessions(&rt, &server, args.sessions)?;
@@ -106,6 +107,17 @@ fn ms(d: Duration) -> String {
 
 fn secs(ns: u64) -> String {
     format!("{:.2}s", ns as f64 / 1e9)
+}
+
+/// The first three fields of /proc/loadavg: other work on the machine
+/// shows in the tails.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A tiny xorshift generator for the cancel points.
@@ -641,6 +653,15 @@ fn cancel_latency(
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100 + rng.next() % 2000)).await;
+                // Baseline: a ping on the same connection just before, which
+                // the connection task answers alone (machine noise shows in
+                // both).
+                let t = Instant::now();
+                match ctl.call(&Request::Ping {}).await? {
+                    Response::Pong { .. } => {}
+                    other => bail!("unexpected answer to ping: {other:?}"),
+                }
+                let ping = t.elapsed();
                 let t = Instant::now();
                 ctl.send(&Request::SessionCancel { id }).await?;
                 let mut deltas_after = 0;
@@ -665,7 +686,7 @@ fn cancel_latency(
                 if rx.recv().await.is_some() {
                     bail!("events after Cancelled");
                 }
-                anyhow::Ok((latency, answered, deltas_after))
+                anyhow::Ok((latency, answered, deltas_after, ping))
             });
         }
         let mut out = Vec::new();
@@ -676,23 +697,30 @@ fn cancel_latency(
     }))?;
     let mut lat: Vec<u64> = results.iter().map(|r| r.0.as_nanos() as u64).collect();
     let mut answered: Vec<u64> = results.iter().map(|r| r.1.as_nanos() as u64).collect();
+    let mut ping: Vec<u64> = results.iter().map(|r| r.3.as_nanos() as u64).collect();
     lat.sort_unstable();
     answered.sort_unstable();
+    ping.sort_unstable();
     let late = results.iter().filter(|r| r.2 > 0).count();
     let d = |ns: u64| ms(Duration::from_nanos(ns));
     let p99 = percentile(&lat, 0.99);
     println!(
-        "cancel latency (cancel sent -> Cancelled event): p50 {} p99 {} max {} over {} runs (target p99 < 10ms) {}",
+        "cancel latency (cancel sent -> Cancelled event): p50 {} p90 {} p99 {} max {} over {} runs (target p99 < 10ms) {}",
         d(percentile(&lat, 0.5)),
+        d(percentile(&lat, 0.9)),
         d(p99),
         d(*lat.last().unwrap_or(&0)),
         lat.len(),
         verdict(p99 < 10_000_000)
     );
     println!(
-        "cancel detail: session_cancel answered p50 {} p99 {}; {late} runs streamed a delta between the cancel and Cancelled",
+        "cancel detail: session_cancel answered p50 {} p99 {}; {late} runs streamed a delta between the cancel and Cancelled; baseline ping just before each cancel p50 {} p90 {} p99 {}; load average {}",
         d(percentile(&answered, 0.5)),
         d(percentile(&answered, 0.99)),
+        d(percentile(&ping, 0.5)),
+        d(percentile(&ping, 0.9)),
+        d(percentile(&ping, 0.99)),
+        loadavg()
     );
     Ok(())
 }
