@@ -19,7 +19,9 @@ use flyto_actors::plans::{
     PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
     SledPlanStore,
 };
-use flyto_actors::session::{SESSION_MANAGER_NAME, SessionDeps, SessionManager, SledSessionStore};
+use flyto_actors::session::{
+    ManagerMsg, SESSION_MANAGER_NAME, SessionDeps, SessionManager, SledSessionStore,
+};
 use flyto_actors::store::Store;
 use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
 use flyto_actors::tools::Registry;
@@ -291,16 +293,31 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     tracing::info!(grace = ?grace, "draining");
     ctx.draining.store(true, Ordering::SeqCst);
     notify::stopping();
-    if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
-        let scheduler = ActorRef::<SchedulerMsg>::from(cell);
-        let wait = grace + Duration::from_secs(30);
-        let drained = scheduler
-            .call(|reply| SchedulerMsg::Drain { grace, reply }, Some(wait))
-            .await;
-        if !matches!(drained, Ok(ractor::rpc::CallResult::Success(()))) {
-            tracing::warn!("the scheduler did not finish draining in time");
+    // Plans and sessions drain together, each with the same grace.
+    let wait = grace + Duration::from_secs(30);
+    let plans = async {
+        if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
+            let scheduler = ActorRef::<SchedulerMsg>::from(cell);
+            let drained = scheduler
+                .call(|reply| SchedulerMsg::Drain { grace, reply }, Some(wait))
+                .await;
+            if !matches!(drained, Ok(ractor::rpc::CallResult::Success(()))) {
+                tracing::warn!("the scheduler did not finish draining in time");
+            }
         }
-    }
+    };
+    let sessions = async {
+        if let Some(cell) = ractor::registry::where_is(SESSION_MANAGER_NAME.into()) {
+            let manager = ActorRef::<ManagerMsg>::from(cell);
+            let drained = manager
+                .call(|reply| ManagerMsg::Drain { grace, reply }, Some(wait))
+                .await;
+            if !matches!(drained, Ok(ractor::rpc::CallResult::Success(()))) {
+                tracing::warn!("the sessions did not finish draining in time");
+            }
+        }
+    };
+    tokio::join!(plans, sessions);
     supervisor.stop(None);
     let _ = supervisor_done.await;
     server_task.abort();

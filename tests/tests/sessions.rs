@@ -1154,3 +1154,47 @@ fn parallel_tool_calls_get_their_results_in_call_order() {
     assert!(request_tool_result(&requests[1], "call_r").contains('A'));
     fake.assert_protocol_ok();
 }
+
+/// SIGTERM while a run streams: the run gets `shutdown_grace` (1 s here),
+/// then is cancelled and stored consistently; flytod exits 0, a new send
+/// during the drain is refused, and after a restart the session works.
+#[test]
+fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
+    let (fake, env, mut daemon) = setup(vec![
+        Reply::slow_text(
+            (1..=30).map(|i| format!("tick{i} ")),
+            Duration::from_secs(1),
+        ),
+        Reply::text("back again"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let mut stream = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut stream, &id);
+
+    daemon.signal(libc::SIGTERM);
+    daemon
+        .wait_notify("STOPPING=1", DEADLINE)
+        .expect("STOPPING=1");
+    let (code, message) = send_refused(&env, &id, "another");
+    assert_eq!(code, ErrorCode::Unavailable, "{message}");
+    let events = drain(&mut stream, &id);
+    assert!(
+        matches!(events.last(), Some(SessionEvent::Cancelled { .. })),
+        "the run ends cancelled once the grace is over: {events:#?}"
+    );
+    let status = daemon.wait_exit(DEADLINE);
+    assert!(status.success(), "flytod exited with {status}");
+    fake.wait_hangup(0, DEADLINE);
+
+    let _daemon = start(&env);
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "idle", "{session:#?}");
+    assert!(
+        messages.iter().all(|m| m.role == "user"),
+        "no half-written reply is stored: {messages:#?}"
+    );
+    let events = send(&env, &id, "again");
+    assert_eq!(text_of(&events), "back again");
+    fake.assert_protocol_ok();
+}

@@ -41,6 +41,13 @@ pub enum SessionMsg {
     },
     RunFinished(run::Finished),
     IdleCheck,
+    /// Shutdown: no new runs; a running one gets `grace`, then is
+    /// cancelled. Answers once no run is left.
+    Drain {
+        grace: std::time::Duration,
+        reply: RpcReplyPort<()>,
+    },
+    DrainDeadline,
 }
 
 pub struct SessionActor;
@@ -56,6 +63,8 @@ pub struct SessionState {
     run: Option<CancellationToken>,
     emit: Emitter,
     last_active_ms: u64,
+    /// Set while the daemon drains: waiting for the run to end.
+    draining: Option<Vec<RpcReplyPort<()>>>,
 }
 
 impl Actor for SessionActor {
@@ -78,6 +87,7 @@ impl Actor for SessionActor {
             rec,
             run: None,
             emit: Emitter::new(),
+            draining: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -150,9 +160,28 @@ impl Actor for SessionActor {
             SessionMsg::View { reply } => {
                 let _ = reply.send(state.view());
             }
+            SessionMsg::Drain { grace, reply } => {
+                if state.run.is_none() {
+                    let _ = reply.send(());
+                } else {
+                    state.draining.get_or_insert_with(Vec::new).push(reply);
+                    myself.send_after(grace, || SessionMsg::DrainDeadline);
+                }
+            }
+            SessionMsg::DrainDeadline => {
+                if let Some(cancel) = &state.run {
+                    cancel.cancel();
+                }
+            }
             SessionMsg::RunFinished(finished) => {
                 state.rec = finished.record;
                 state.run = None;
+                for reply in state.draining.take().unwrap_or_default() {
+                    // Answer once the run's last writes are durable.
+                    state.deps.store.after_sync(Box::new(move |_| {
+                        let _ = reply.send(());
+                    }));
+                }
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
             }
             SessionMsg::IdleCheck => {
@@ -191,6 +220,12 @@ impl SessionState {
         text: String,
         myself: &ActorRef<SessionMsg>,
     ) -> Result<Subscription, Reject> {
+        if self.draining.is_some() {
+            return Err(Reject::new(
+                ErrorCode::Unavailable,
+                "flytod is shutting down: send the message again once it has restarted",
+            ));
+        }
         if self.run.is_some() {
             return Err(Reject::new(
                 ErrorCode::Conflict,

@@ -45,6 +45,12 @@ pub enum ManagerMsg {
     Totals {
         reply: RpcReplyPort<Result<SessionTotals, Reject>>,
     },
+    /// Shutdown: every live session's run gets `grace`, then is cancelled.
+    /// Answers once all have ended.
+    Drain {
+        grace: std::time::Duration,
+        reply: RpcReplyPort<()>,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -161,6 +167,19 @@ impl Actor for SessionManager {
             ManagerMsg::History { id, reply } => {
                 let answer = state.history(&id);
                 let _ = reply.send(answer);
+            }
+            ManagerMsg::Drain { grace, reply } => {
+                let sessions: Vec<ActorRef<SessionMsg>> = state.live.values().cloned().collect();
+                // Waiting here would block the mailbox; a task waits instead.
+                tokio::spawn(async move {
+                    let limit = grace + std::time::Duration::from_secs(30);
+                    // All at once, so each gets the same grace.
+                    let calls = sessions
+                        .iter()
+                        .map(|s| s.call(|r| SessionMsg::Drain { grace, reply: r }, Some(limit)));
+                    futures_util::future::join_all(calls).await;
+                    let _ = reply.send(());
+                });
             }
             ManagerMsg::Totals { reply } => {
                 let answer = state

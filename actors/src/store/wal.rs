@@ -89,7 +89,7 @@
 //!   are not in the log; the sync that acknowledges them is a checkpoint.
 
 use super::StoreError;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::collections::hash_map::Entry;
 use std::fs::File;
 use std::io::Write;
@@ -190,20 +190,6 @@ pub(super) struct Record<'a> {
     pub lsn: u64,
     pub tree: &'a [u8],
     pub ops: Vec<(&'a [u8], Option<&'a [u8]>)>,
-}
-
-impl Record<'_> {
-    fn to_sled(&self) -> sled::Batch {
-        let mut b = sled::Batch::default();
-        for (k, v) in &self.ops {
-            match v {
-                Some(v) => b.insert(*k, *v),
-                None => b.remove(*k),
-            }
-        }
-        b.insert(LSN_KEY, &self.lsn.to_be_bytes());
-        b
-    }
 }
 
 /// What is at an offset of the log.
@@ -309,9 +295,16 @@ impl Recovery {
     }
 }
 
-/// Applies the chain of records at the start of `bytes` to `db`.
+/// A tree being replayed: its lsn before replay, the last lsn replayed,
+/// and the writes to make (the last one per key).
+type Replay<'a> = (sled::Tree, u64, u64, BTreeMap<&'a [u8], Option<&'a [u8]>>);
+
+/// Applies the chain of records at the start of `bytes` to `db`: each
+/// tree gets the records above its lsn key, as plain writes (the last one
+/// per key), then its new lsn key. A crash in the middle replays it all
+/// again: the log is not touched until a checkpoint covers the replay.
 pub(super) fn replay(db: &sled::Db, bytes: &[u8]) -> Result<Recovery, sled::Error> {
-    let mut trees: HashMap<&[u8], (sled::Tree, u64)> = HashMap::new();
+    let mut trees: HashMap<&[u8], Replay<'_>> = HashMap::new();
     let mut out = Recovery {
         replayed: 0,
         skipped: 0,
@@ -336,17 +329,17 @@ pub(super) fn replay(db: &sled::Db, bytes: &[u8]) -> Result<Recovery, sled::Erro
             out.tail = Tail::OlderCycle;
             break;
         }
-        let (tree, applied) = match trees.entry(rec.tree) {
+        let (_, applied, last, writes) = match trees.entry(rec.tree) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
                 let tree = db.open_tree(rec.tree)?;
                 let applied = tree_lsn(&tree)?;
-                e.insert((tree, applied))
+                e.insert((tree, applied, applied, BTreeMap::new()))
             }
         };
         if rec.lsn > *applied {
-            tree.apply_batch(rec.to_sled())?;
-            *applied = rec.lsn;
+            writes.extend(rec.ops);
+            *last = rec.lsn;
             out.replayed += 1;
         } else {
             out.skipped += 1;
@@ -354,6 +347,18 @@ pub(super) fn replay(db: &sled::Db, bytes: &[u8]) -> Result<Recovery, sled::Erro
         out.last_lsn = Some(rec.lsn);
         out.bytes = next as u64;
         off = next;
+    }
+    for (tree, applied, last, writes) in trees.values() {
+        if last <= applied {
+            continue;
+        }
+        for (k, v) in writes {
+            match v {
+                Some(v) => tree.insert(k, *v).map(drop)?,
+                None => tree.remove(k).map(drop)?,
+            }
+        }
+        tree.insert(LSN_KEY, &last.to_be_bytes())?;
     }
     Ok(out)
 }

@@ -618,6 +618,13 @@ fn cancel_latency(
         "session_new",
         create_sessions(&sock, n, workdir, Some("fast")),
     ))?;
+    // Same-run baseline: the run's end is announced once it is durable, so
+    // the disk's fdatasync latency is part of every cancel.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let syncer = {
+        let (stop, dir) = (stop.clone(), env.state.clone());
+        std::thread::spawn(move || fdatasync_latencies(&dir, &stop))
+    };
     let results = rt.block_on(limit("the cancels", async {
         let mut set = tokio::task::JoinSet::new();
         for (i, id) in ids.into_iter().enumerate() {
@@ -664,6 +671,14 @@ fn cancel_latency(
                 let ping = t.elapsed();
                 let t = Instant::now();
                 ctl.send(&Request::SessionCancel { id }).await?;
+                // The answer to session_cancel is read on its own, while the
+                // stream is awaited.
+                let answer = tokio::spawn(async move {
+                    match ctl.recv().await? {
+                        Response::Session { .. } => anyhow::Ok(t.elapsed()),
+                        other => bail!("unexpected answer to session_cancel: {other:?}"),
+                    }
+                });
                 let mut deltas_after = 0;
                 let latency = loop {
                     match rx.recv().await {
@@ -678,10 +693,7 @@ fn cancel_latency(
                         None => bail!("the stream ended without Cancelled"),
                     }
                 };
-                let answered = match ctl.recv().await? {
-                    Response::Session { .. } => t.elapsed(),
-                    other => bail!("unexpected answer to session_cancel: {other:?}"),
-                };
+                let answered = answer.await??;
                 reader.await??;
                 if rx.recv().await.is_some() {
                     bail!("events after Cancelled");
@@ -695,6 +707,10 @@ fn cancel_latency(
         }
         anyhow::Ok(out)
     }))?;
+    stop.store(true, Ordering::Relaxed);
+    let syncs = syncer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the fdatasync thread panicked"))??;
     let mut lat: Vec<u64> = results.iter().map(|r| r.0.as_nanos() as u64).collect();
     let mut answered: Vec<u64> = results.iter().map(|r| r.1.as_nanos() as u64).collect();
     let mut ping: Vec<u64> = results.iter().map(|r| r.3.as_nanos() as u64).collect();
@@ -714,15 +730,45 @@ fn cancel_latency(
         verdict(p99 < 10_000_000)
     );
     println!(
-        "cancel detail: session_cancel answered p50 {} p99 {}; {late} runs streamed a delta between the cancel and Cancelled; baseline ping just before each cancel p50 {} p90 {} p99 {}; load average {}",
+        "cancel baselines: fdatasync of 200 bytes in the state dir meanwhile (the Cancelled event waits for one) p50 {} p90 {} p99 {} max {} ({} syncs); ping just before each cancel p50 {} p99 {}",
+        d(percentile(&syncs, 0.5)),
+        d(percentile(&syncs, 0.9)),
+        d(percentile(&syncs, 0.99)),
+        d(*syncs.last().unwrap_or(&0)),
+        syncs.len(),
+        d(percentile(&ping, 0.5)),
+        d(percentile(&ping, 0.99)),
+    );
+    println!(
+        "cancel detail: session_cancel answered p50 {} p99 {}; {late} runs streamed a delta between the cancel and Cancelled; load average {}",
         d(percentile(&answered, 0.5)),
         d(percentile(&answered, 0.99)),
-        d(percentile(&ping, 0.5)),
-        d(percentile(&ping, 0.9)),
-        d(percentile(&ping, 0.99)),
         loadavg()
     );
     Ok(())
+}
+
+/// Appends 200 bytes and fdatasyncs, every 10 ms until `stop`; sorted
+/// latencies in ns.
+fn fdatasync_latencies(dir: &Path, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<Vec<u64>> {
+    use std::io::Write;
+    let path = dir.join("bench-fdatasync");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let mut out = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        f.write_all(&[b'x'; 200])?;
+        f.sync_data()?;
+        out.push(t.elapsed().as_nanos() as u64);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(f);
+    std::fs::remove_file(&path)?;
+    out.sort_unstable();
+    Ok(out)
 }
 
 // ---------------------------------------------------------------- 4. idle sessions
