@@ -383,6 +383,34 @@ async fn session_cancel(id: &str, ctx: &Ctx) -> Result<Response, Reject> {
 
 /// Streams a subscription's events; with `until_run_end`, stops after the
 /// event that ends a run.
+/// Resolves once the client hangs up or sends anything.
+async fn peer_done(sink: &Sink) {
+    use std::os::fd::AsRawFd;
+    let stream: &UnixStream = sink.w.as_ref();
+    loop {
+        if stream.readable().await.is_err() {
+            return;
+        }
+        let mut byte = 0u8;
+        // SAFETY: a one-byte peek into a local buffer on a socket we own.
+        let n = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::WouldBlock {
+            return;
+        }
+    }
+}
+
 async fn forward_events(
     id: &str,
     mut sub: Subscription,
@@ -390,7 +418,15 @@ async fn forward_events(
     sink: &mut Sink,
 ) -> Result<(), FrameError> {
     loop {
-        match sub.rx.recv().await {
+        let next = tokio::select! {
+            next = sub.rx.recv() => next,
+            // An attached client stays until it disconnects: a hang-up (or
+            // any input) ends the stream, so its receiver cannot linger. A
+            // send's stream ends with its run anyway, so a client that
+            // half-closes after its request still gets the whole run.
+            _ = peer_done(sink), if !until_run_end => return Ok(()),
+        };
+        match next {
             Ok((seq, event)) => {
                 let ends = event.ends_run();
                 sink.send(&Response::Event {

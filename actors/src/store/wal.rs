@@ -89,8 +89,8 @@
 //!   are not in the log; the sync that acknowledges them is a checkpoint.
 
 use super::StoreError;
-use std::collections::{BTreeMap, HashMap};
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};

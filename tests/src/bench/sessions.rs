@@ -750,7 +750,10 @@ fn cancel_latency(
 
 /// Appends 200 bytes and fdatasyncs, every 10 ms until `stop`; sorted
 /// latencies in ns.
-fn fdatasync_latencies(dir: &Path, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<Vec<u64>> {
+fn fdatasync_latencies(
+    dir: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Vec<u64>> {
     use std::io::Write;
     let path = dir.join("bench-fdatasync");
     let mut f = std::fs::OpenOptions::new()
