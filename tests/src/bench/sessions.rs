@@ -360,6 +360,7 @@ async fn limit<T>(what: &str, f: impl Future<Output = anyhow::Result<T>>) -> any
 // ---------------------------------------------------------------- 1-3. streaming runs
 
 /// The CPU time a set of streams cost, and what they delivered.
+#[derive(Default)]
 struct Measured {
     deltas: u64,
     cpu_ns: u64,
@@ -396,69 +397,46 @@ fn streaming(
     std::fs::write(workdir.join(TOOL_FILE), "a short note the agent reads\n")?;
     let daemon = start(&env)?;
     let pid = daemon.pid() as u32;
-    let me = std::process::id();
-
-    let baseline_before =
-        rt.block_on(limit("the baseline reader", baseline(server, runs, false)))?;
 
     let sock = env.sock.clone();
-    let ids = rt.block_on(limit(
-        "session_new",
-        create_sessions(&sock, runs, &workdir, None),
-    ))?;
-    let (_, rss_before) = memory_kb(pid as i32);
-    let peak = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let peak = peak.clone();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let h = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                let (_, rss) = memory_kb(pid as i32);
-                peak.fetch_max(rss as usize, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        (stop, h)
-    };
-    let (seen, daemon_m, clients_cpu) = rt.block_on(limit("the daemon runs", async {
-        let mut conns = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            conns.push(Conn::connect(&sock).await?);
+    // Rounds alternate, reader / flytod / reader / flytod / reader, so that
+    // noise from the rest of the machine hits both alike.
+    let mut readers =
+        vec![rt.block_on(limit("the baseline reader", baseline(server, runs, false)))?];
+    let mut rounds = Vec::new();
+    let mut seen = Vec::new();
+    let mut first_round = None;
+    for round in 0..2 {
+        let ids = rt.block_on(limit(
+            "session_new",
+            create_sessions(&sock, runs, &workdir, None),
+        ))?;
+        let (_, rss_before) = memory_kb(pid as i32);
+        let (round_seen, m, clients_cpu) =
+            rt.block_on(limit("the daemon runs", daemon_round(&sock, ids, server)))?;
+        if round == 0 {
+            let (hwm, rss_after) = memory_kb(pid as i32);
+            first_round = Some((hwm, rss_before, rss_after));
         }
-        let (cpu0, srv0, me0) = (proc_cpu_ns(pid), proc_cpu_ns(server.pid()), proc_cpu_ns(me));
-        let t = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        for (mut c, id) in conns.into_iter().zip(ids) {
-            set.spawn(async move {
-                c.send(&Request::SessionSend {
-                    id,
-                    text: format!("read {TOOL_FILE} and tell me what it says"),
-                })
-                .await?;
-                read_run(&mut c).await
-            });
-        }
-        let mut seen = Vec::with_capacity(runs);
-        while let Some(r) = set.join_next().await {
-            seen.push(r??);
-        }
-        let wall = t.elapsed();
-        let m = Measured {
-            deltas: seen.iter().map(|s| s.deltas).sum(),
-            cpu_ns: proc_cpu_ns(pid) - cpu0,
-            server_cpu_ns: proc_cpu_ns(server.pid()) - srv0,
-            wall,
-        };
-        anyhow::Ok((seen, m, proc_cpu_ns(me) - me0))
-    }))?;
-    sampler.0.store(true, Ordering::Relaxed);
-    let _ = sampler.1.join();
-    let (hwm, rss_after) = memory_kb(pid as i32);
-
-    let baseline_after =
-        rt.block_on(limit("the baseline reader", baseline(server, runs, false)))?;
+        seen.extend(round_seen);
+        rounds.push((m, clients_cpu));
+        readers.push(rt.block_on(limit("the baseline reader", baseline(server, runs, false)))?);
+    }
+    let (hwm, rss_before, rss_after) = first_round.unwrap_or_default();
     let json_reader = rt.block_on(limit("the baseline reader", baseline(server, runs, true)))?;
+    let total = |ms: &mut dyn Iterator<Item = &Measured>| {
+        ms.fold(Measured::default(), |mut a, m| {
+            a.deltas += m.deltas;
+            a.cpu_ns += m.cpu_ns;
+            a.server_cpu_ns += m.server_cpu_ns;
+            a.wall += m.wall;
+            a
+        })
+    };
+    let daemon_m = total(&mut rounds.iter().map(|(m, _)| m));
+    let reader_m = total(&mut readers.iter());
+    let clients_cpu: u64 = rounds.iter().map(|(_, c)| c).sum();
+    let runs_total = runs * rounds.len();
 
     let done = seen
         .iter()
@@ -469,9 +447,9 @@ fn streaming(
         .filter(|s| s.tool_results == 1 && s.tool_errors == 0)
         .count();
     let answered = seen.iter().filter(|s| s.last_delta == FINAL_TEXT).count();
-    let expected = (runs * (deltas + 1)) as u64;
+    let expected = (runs_total * (deltas + 1)) as u64;
     println!(
-        "flytod runs: {done}/{runs} done (end_turn), {tools_ok} with one successful tool result, {answered} ending with the final answer; {} text deltas delivered (expected {expected}) in {:.1}s ({:.0} deltas/s)",
+        "flytod runs (2 rounds): {done}/{runs_total} done (end_turn), {tools_ok} with one successful tool result, {answered} ending with the final answer; {} text deltas delivered (expected {expected}) in {:.1}s ({:.0} deltas/s)",
         daemon_m.deltas,
         daemon_m.wall.as_secs_f64(),
         daemon_m.deltas as f64 / daemon_m.wall.as_secs_f64()
@@ -482,13 +460,23 @@ fn streaming(
     {
         println!("first run that did not end with end_turn: {:?}", bad.end);
     }
+    let per = |ms: &mut dyn Iterator<Item = &Measured>| {
+        ms.map(|m| us_f(m.per_delta()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "rounds, CPU per delta: reqwest+SSE reader {}; flytod {}",
+        per(&mut readers.iter()),
+        per(&mut rounds.iter().map(|(m, _)| m))
+    );
     for (name, m) in [
-        ("reqwest+SSE reader (before)", &baseline_before),
-        ("reqwest+SSE reader (after)", &baseline_after),
+        ("reqwest+SSE reader (3 rounds)", &reader_m),
         ("reqwest+SSE reader + serde_json", &json_reader),
+        ("flytod (2 rounds)", &daemon_m),
     ] {
         println!(
-            "{name}: {} deltas in {:.1}s, reader CPU {} ({} per delta), stream server CPU {}",
+            "{name}: {} deltas in {:.1}s, CPU {} ({} per delta), stream server CPU {}",
             m.deltas,
             m.wall.as_secs_f64(),
             secs(m.cpu_ns),
@@ -497,14 +485,11 @@ fn streaming(
         );
     }
     println!(
-        "flytod: CPU {} for the runs, stream server CPU {}, bench clients CPU {} ({} per delta)",
-        secs(daemon_m.cpu_ns),
-        secs(daemon_m.server_cpu_ns),
+        "bench clients of flytod: CPU {} ({} per delta)",
         secs(clients_cpu),
         us_f(clients_cpu as f64 / daemon_m.deltas.max(1) as f64)
     );
-    let base = (baseline_before.cpu_ns + baseline_after.cpu_ns) as f64
-        / (baseline_before.deltas + baseline_after.deltas).max(1) as f64;
+    let base = reader_m.per_delta();
     let ratio = daemon_m.per_delta() / base.max(1.0);
     println!(
         "sessions CPU per delta: flytod {} (reqwest+SSE reader {}) ratio {ratio:.2} (target <= 3) {}",
@@ -518,17 +503,63 @@ fn streaming(
         us_f(json_reader.per_delta())
     );
     println!(
-        "sessions daemon peak RSS: VmHWM {} during {runs} concurrent runs (target < 300 MB) {}; VmRSS {} before the runs, {} after (actors still live), sampled peak {}",
+        "sessions daemon peak RSS: VmHWM {} during {runs} concurrent runs (target < 300 MB) {}; VmRSS {} before the runs, {} after (actors still live), VmHWM {} after the second round (another {runs} sessions)",
         mb(hwm),
         verdict(hwm < 300 * 1024),
         mb(rss_before),
         mb(rss_after),
-        mb(peak.load(Ordering::Relaxed) as u64)
+        mb(memory_kb(pid as i32).0)
     );
 
     cancel_latency(rt, &env, &workdir, args.cancels)?;
     daemon.terminate();
     Ok(())
+}
+
+/// One `session_send` per session, all at once, each read to its end; what
+/// the clients saw, flytod's CPU for it, and this process's (the clients').
+async fn daemon_round(
+    sock: &Path,
+    ids: Vec<String>,
+    server: &StreamServer,
+) -> anyhow::Result<(Vec<RunSeen>, Measured, u64)> {
+    let mut conns = Vec::with_capacity(ids.len());
+    for _ in 0..ids.len() {
+        conns.push(Conn::connect(sock).await?);
+    }
+    let pid = daemon_pid(&mut conns[0]).await?;
+    let me = std::process::id();
+    let (cpu0, srv0, me0) = (proc_cpu_ns(pid), proc_cpu_ns(server.pid()), proc_cpu_ns(me));
+    let t = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for (mut c, id) in conns.into_iter().zip(ids) {
+        set.spawn(async move {
+            c.send(&Request::SessionSend {
+                id,
+                text: format!("read {TOOL_FILE} and tell me what it says"),
+            })
+            .await?;
+            read_run(&mut c).await
+        });
+    }
+    let mut seen = Vec::new();
+    while let Some(r) = set.join_next().await {
+        seen.push(r??);
+    }
+    let m = Measured {
+        deltas: seen.iter().map(|s| s.deltas).sum(),
+        cpu_ns: proc_cpu_ns(pid) - cpu0,
+        server_cpu_ns: proc_cpu_ns(server.pid()) - srv0,
+        wall: t.elapsed(),
+    };
+    Ok((seen, m, proc_cpu_ns(me) - me0))
+}
+
+async fn daemon_pid(c: &mut Conn) -> anyhow::Result<u32> {
+    match c.call(&Request::Ping {}).await? {
+        Response::Pong { pid, .. } => Ok(pid),
+        other => bail!("unexpected answer to ping: {other:?}"),
+    }
 }
 
 /// Only the cancel latency (`--runs 0`), on a daemon of its own.
