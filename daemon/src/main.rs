@@ -109,6 +109,7 @@ fn init_logging(level: &str) {
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let loaded = config::load(cli.config.as_deref())?;
     init_logging(&loaded.config.daemon.log_level);
+    flyto_actors::tools::process::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -957,3 +957,32 @@ fn plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap() {
     assert!(step.stdout_tail.contains("top=4"), "{step:?}");
     assert!(step.stdout_tail.contains("self=0"), "{step:?}");
 }
+
+/// flytod raises its own open-files limit, but the processes it starts get
+/// the limit it was started with.
+#[test]
+fn steps_keep_the_open_files_limit_flytod_was_given() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let env = TestEnv::new("");
+    let daemon = env.start();
+    let id = env.submit(TestEnv::run_plan("ulimit -Sn"));
+    let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
+    assert_eq!(view.steps[0].stdout_tail.trim(), lim.rlim_cur.to_string());
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).expect("limits");
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files line");
+    let soft: Vec<&str> = open_files.split_whitespace().collect();
+    let hard = if lim.rlim_max == libc::RLIM_INFINITY {
+        "unlimited".to_string()
+    } else {
+        lim.rlim_max.to_string()
+    };
+    assert_eq!(soft[3], hard, "{open_files}");
+}

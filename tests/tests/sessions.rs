@@ -1198,3 +1198,33 @@ fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
     assert_eq!(text_of(&events), "back again");
     fake.assert_protocol_ok();
 }
+
+/// A session's model may name a profile as well as a role; an unknown name
+/// is refused with the names that work.
+#[test]
+fn a_session_model_may_name_a_profile() {
+    let (fake, env, _daemon) = setup(vec![Reply::text("by profile")]);
+    let dir = workdir(&env, "ws");
+    let out = env.ctl(&[
+        "session_new",
+        "--workdir",
+        &dir.display().to_string(),
+        "--model",
+        "fake",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    let events = send(&env, &id, "hi");
+    assert_eq!(text_of(&events), "by profile");
+    let out = env.ctl(&[
+        "session_new",
+        "--workdir",
+        &dir.display().to_string(),
+        "--model",
+        "nosuch",
+    ]);
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    assert!(out.stderr.contains("`nosuch`"), "{}", out.stderr);
+    assert!(out.stderr.contains("[models.<name>]"), "{}", out.stderr);
+    fake.assert_protocol_ok();
+}

@@ -61,7 +61,10 @@ pub struct SessionState {
     deps: Arc<SessionDeps>,
     rec: SessionRecord,
     run: Option<CancellationToken>,
-    emit: Emitter,
+    /// Only while a run or a listener needs it: its slots are allocated up
+    /// front, and an idle session should cost about a kilobyte.
+    emit: Option<Emitter>,
+    seq: Arc<std::sync::atomic::AtomicU64>,
     last_active_ms: u64,
     /// Set while the daemon drains: waiting for the run to end.
     draining: Option<Vec<RpcReplyPort<()>>>,
@@ -86,7 +89,8 @@ impl Actor for SessionActor {
             deps: args.deps,
             rec,
             run: None,
-            emit: Emitter::new(),
+            emit: None,
+            seq: Arc::default(),
             draining: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
@@ -144,7 +148,7 @@ impl Actor for SessionActor {
                 let _ = reply.send(running);
             }
             SessionMsg::Attach { recent, reply } => {
-                let rx = state.emit.tx.subscribe();
+                let rx = state.emitter().tx.subscribe();
                 let from = state.rec.next_idx.saturating_sub(recent);
                 let answer = state
                     .deps
@@ -176,6 +180,7 @@ impl Actor for SessionActor {
             SessionMsg::RunFinished(finished) => {
                 state.rec = finished.record;
                 state.run = None;
+                state.release_emitter();
                 for reply in state.draining.take().unwrap_or_default() {
                     // Answer once the run's last writes are durable.
                     state.deps.store.after_sync(Box::new(move |_| {
@@ -185,16 +190,14 @@ impl Actor for SessionActor {
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
             }
             SessionMsg::IdleCheck => {
+                state.release_emitter();
                 let idle_for = state
                     .deps
                     .clock
                     .now_ms()
                     .saturating_sub(state.last_active_ms);
                 let idle_stop = state.deps.config().idle_stop.as_millis() as u64;
-                if state.run.is_none()
-                    && state.emit.tx.receiver_count() == 0
-                    && idle_for + 1 >= idle_stop
-                {
+                if state.run.is_none() && state.listeners() == 0 && idle_for + 1 >= idle_stop {
                     myself.stop(Some("idle".into()));
                 } else if state.run.is_none() {
                     // Busy since the check was set (or someone listens):
@@ -211,6 +214,22 @@ impl Actor for SessionActor {
 }
 
 impl SessionState {
+    fn emitter(&mut self) -> &Emitter {
+        let seq = self.seq.clone();
+        self.emit.get_or_insert_with(|| Emitter::with_seq(seq))
+    }
+
+    fn listeners(&self) -> usize {
+        self.emit.as_ref().map_or(0, |e| e.tx.receiver_count())
+    }
+
+    /// Lets the channel go when nobody runs or listens.
+    fn release_emitter(&mut self) {
+        if self.run.is_none() && self.listeners() == 0 {
+            self.emit = None;
+        }
+    }
+
     fn view(&self) -> SessionView {
         self.rec.view(self.run.is_some())
     }
@@ -243,9 +262,7 @@ impl SessionState {
             ));
         }
         // Fail fast (before storing anything) when no model is configured.
-        self.deps
-            .models()
-            .route(&self.rec.model)
+        super::route_for(&self.deps.models(), &self.rec.model)
             .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
         self.rec.status = SessionStatus::Running;
         self.rec.error = None;
@@ -256,13 +273,13 @@ impl SessionState {
             .save(&self.rec, &[Message::user_text(text)], false)
             .map_err(Reject::internal)?;
         let sub = Subscription {
-            rx: self.emit.tx.subscribe(),
+            rx: self.emitter().tx.subscribe(),
         };
         let cancel = CancellationToken::new();
         self.run = Some(cancel.clone());
         let deps = self.deps.clone();
         let rec = self.rec.clone();
-        let emit = self.emit.clone();
+        let emit = self.emitter().clone();
         let me = myself.clone();
         tokio::spawn(async move {
             let finished = run::run(deps, rec, cancel, emit).await;

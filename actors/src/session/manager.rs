@@ -244,9 +244,7 @@ impl ManagerState {
             ));
         }
         let model = model.unwrap_or(config.default_model);
-        self.deps
-            .models()
-            .route(&model)
+        super::route_for(&self.deps.models(), &model)
             .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
         if let Some(n) = &name
             && (n.is_empty() || n.len() > 128)

@@ -26,7 +26,7 @@ pub use manager::{ManagerMsg, SESSION_MANAGER_NAME, SessionManager};
 pub use store::{SessionStore, SledSessionStore};
 
 use crate::clock::Clock;
-use crate::llm::{LlmClient, Models};
+use crate::llm::{LlmClient, LlmError, Models, Route};
 use crate::plans::PlanSockets;
 use crate::tools::Registry;
 use std::sync::{Arc, RwLock};
@@ -85,5 +85,20 @@ impl SessionDeps {
             .read()
             .map(|m| m.clone())
             .unwrap_or_else(|_| Arc::new(Models::default()))
+    }
+}
+
+/// What a session's `model` names: a role (`main`, `fast`) or a profile.
+pub fn route_for(models: &Models, model: &str) -> Result<Route, LlmError> {
+    if model == "main" || model == "fast" {
+        return models.route(model);
+    }
+    match models.profile(model) {
+        Some(profile) => Ok(Route::single(model, profile.clone())),
+        None => Err(LlmError::Config {
+            detail: format!(
+                "no model profile or role named `{model}`: use main, fast, or one of the [models.<name>] profiles in the config"
+            ),
+        }),
     }
 }

@@ -38,6 +38,12 @@ pub struct Emitter {
 }
 
 impl Emitter {
+    /// A channel continuing the sequence numbers of `seq`.
+    pub fn with_seq(seq: Arc<AtomicU64>) -> Self {
+        let (tx, _) = broadcast::channel(512);
+        Emitter { tx, seq }
+    }
+
     pub fn new() -> Self {
         // Every slot is allocated up front (about 100 bytes each) and kept
         // until the actor stops (idle_stop after its last use): 512 keeps a
@@ -165,7 +171,7 @@ async fn drive(
 ) -> Result<Stop, String> {
     let config = deps.config();
     let models = deps.models();
-    let route = models.route(&rec.model).map_err(|e| e.to_string())?;
+    let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
     let mut window: Vec<Message> = deps
         .store
         .messages(rec.id, rec.context_base_idx)

@@ -10,6 +10,34 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+/// The open-files soft limit flytod started with; children get it back.
+static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises this process's open-files soft limit to the hard limit (a daemon
+/// holding many sessions and sockets needs more than the usual 1024), while
+/// children keep the original soft limit, as programs using select(2)
+/// expect.
+pub fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let _ = CHILD_NOFILE.set(lim);
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
+        }
+    }
+}
+
 /// Exit code reported for a command killed by its timeout (as `timeout(1)`).
 pub const TIMEOUT_EXIT: i32 = 124;
 
@@ -76,10 +104,14 @@ pub async fn run(
         .kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe; the closure only calls it.
     unsafe {
-        cmd.pre_exec(|| {
+        let nofile = CHILD_NOFILE.get().copied();
+        cmd.pre_exec(move || {
             // If flytod dies without cleaning up, its children die too.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(lim) = nofile {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
             Ok(())
         });
