@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod durability;
+mod guards;
 mod lifecycle;
 mod plans;
 mod providers;

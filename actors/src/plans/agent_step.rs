@@ -102,6 +102,9 @@ pub async fn run(
     tokio::pin!(deadline);
     let mut stop: Option<Exit> = None;
     let mut text = String::new();
+    // Where the current model call's text starts in `text`, and whether
+    // the previous call asked for tools.
+    let (mut call_start, mut after_tools) = (0, true);
     let (mut tokens_in, mut tokens_out, mut cost) = (0u64, 0u64, 0f64);
     loop {
         let event = tokio::select! {
@@ -125,7 +128,19 @@ pub async fn run(
             }
         };
         match event {
-            SessionEvent::LlmStart { .. } | SessionEvent::Restart { .. } => text.clear(),
+            // The step's output is the text of the last reply: a new call
+            // after a tool round starts afresh, a retried call voids only
+            // its own text, and a reply continued after the output limit
+            // (a call without tool calls followed by another) spans calls.
+            SessionEvent::LlmStart { .. } => {
+                if after_tools {
+                    text.clear();
+                }
+                after_tools = false;
+                call_start = text.len();
+            }
+            SessionEvent::Restart { .. } => text.truncate(call_start),
+            SessionEvent::ToolCall { .. } => after_tools = true,
             SessionEvent::Text { delta } => text.push_str(&delta),
             SessionEvent::LlmEnd {
                 input_tokens,

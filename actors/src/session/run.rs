@@ -285,6 +285,8 @@ async fn drive(
             }
         }
 
+        // A reply with tool calls ends a row of cut-off replies.
+        continuations = 0;
         for call in &response.tool_calls {
             emit.emit(SessionEvent::ToolCall {
                 id: call.id.clone(),
