@@ -25,6 +25,10 @@
 //! [`Log::mark_legacy`]; the next group then checkpoints instead of only
 //! syncing the WAL, which is what every sync cost before the WAL existed.
 //!
+//! Within a group, a key written several times is written to sled once.
+//! After a group the thread polls for the next one for 50 µs before it
+//! sleeps (see [`POLL_AFTER_GROUP`]).
+//!
 //! A failed WAL write falls back to applying the group to sled and
 //! checkpointing. If that fails too, or applying to sled fails, the store
 //! stops taking writes (each later write and sync is an error): sled may
@@ -440,7 +444,15 @@ impl Writer {
         let mut waiters = Vec::new();
         for msg in group {
             match msg {
-                Msg::After(then) => then(result.clone()),
+                Msg::After(then) => {
+                    // A panicking continuation must not take the commit
+                    // thread (and every later write) down with it.
+                    let r = result.clone();
+                    let run = std::panic::AssertUnwindSafe(move || then(r));
+                    if std::panic::catch_unwind(run).is_err() {
+                        tracing::error!("an after-sync continuation panicked");
+                    }
+                }
                 Msg::Checkpoint(tx) => waiters.push(tx),
             }
         }

@@ -447,3 +447,15 @@ fn a_key_written_several_times_in_a_group_ends_with_its_last_value() {
     assert_eq!(store.recovery().replayed, 6);
     expect(&store);
 }
+
+#[test]
+fn a_panicking_continuation_does_not_stop_later_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    put(&store, "t", "a", b"1");
+    store.after_sync(Box::new(|_| panic!("a bug in a continuation")));
+    put(&store, "t", "b", b"2");
+    wait_durable(&store);
+    store.sync_blocking().unwrap();
+    assert_eq!(get(&store, "t", "b"), Some(b"2".to_vec()));
+}
