@@ -51,6 +51,8 @@ pub enum ManagerMsg {
         grace: std::time::Duration,
         reply: RpcReplyPort<()>,
     },
+    /// A deferred [`ManagerState::return_memory`].
+    Trim,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -67,6 +69,9 @@ pub struct ManagerState {
     deps: Arc<SessionDeps>,
     live: HashMap<u64, ActorRef<SessionMsg>>,
     next_id: u64,
+    myself: Option<ActorRef<ManagerMsg>>,
+    last_trim: Option<std::time::Instant>,
+    trim_pending: bool,
 }
 
 fn not_found(id: &str) -> Reject {
@@ -83,7 +88,7 @@ impl Actor for SessionManager {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         deps: Arc<SessionDeps>,
     ) -> Result<Self::State, ActorProcessingErr> {
         for rec in deps.store.list()? {
@@ -96,6 +101,9 @@ impl Actor for SessionManager {
             next_id: deps.store.next_id()?,
             deps,
             live: HashMap::new(),
+            myself: Some(myself),
+            last_trim: None,
+            trim_pending: false,
         })
     }
 
@@ -181,6 +189,11 @@ impl Actor for SessionManager {
                     let _ = reply.send(());
                 });
             }
+            ManagerMsg::Trim => {
+                state.trim_pending = false;
+                state.last_trim = None;
+                state.return_memory();
+            }
             ManagerMsg::Totals { reply } => {
                 let answer = state
                     .deps
@@ -220,11 +233,46 @@ impl Actor for SessionManager {
             _ => return Ok(()),
         };
         state.live.retain(|_, r| r.get_id() != cell.get_id());
+        state.return_memory();
         Ok(())
     }
 }
 
+/// glibc keeps memory that stopped actors freed; without handing it back,
+/// a burst of sessions would leave the daemon's RSS at its peak for good.
+#[cfg(target_env = "gnu")]
+fn trim_heap() {
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn trim_heap() {}
+
 impl ManagerState {
+    /// Returns freed memory to the system after actors stopped, at most
+    /// once a second (a trim walks the heap), off the mailbox.
+    fn return_memory(&mut self) {
+        let now = std::time::Instant::now();
+        if self
+            .last_trim
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            if !self.trim_pending {
+                self.trim_pending = true;
+                if let Some(me) = self.myself.clone() {
+                    me.send_after(std::time::Duration::from_secs(1), || ManagerMsg::Trim);
+                }
+            }
+            return;
+        }
+        self.last_trim = Some(now);
+        self.trim_pending = false;
+        tokio::task::spawn_blocking(trim_heap);
+    }
+
     fn create(
         &mut self,
         name: Option<String>,
