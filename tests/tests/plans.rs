@@ -986,3 +986,43 @@ fn steps_keep_the_open_files_limit_flytod_was_given() {
     };
     assert_eq!(soft[3], hard, "{open_files}");
 }
+
+/// A plan's agent steps share the plan's own session by default, so the
+/// second step's model sees the first step's conversation.
+#[test]
+fn agent_steps_of_a_plan_share_its_session() {
+    use flyto_tests::fake_llm::{FakeLlm, Reply};
+    let fake = FakeLlm::start(vec![Reply::text("first done"), Reply::text("second done")]);
+    let env = TestEnv::new(&fake.config());
+    let _daemon = env
+        .try_start(&[("NO_PROXY", "127.0.0.1"), ("no_proxy", "127.0.0.1")])
+        .unwrap_or_else(|log| panic!("flytod did not start:\n{log}"));
+    let plan = flyto_protocol::PlanSpec {
+        name: None,
+        steps: vec![
+            flyto_protocol::StepSpec {
+                id: "one".into(),
+                prompt: Some("remember the word kiwi".into()),
+                ..Default::default()
+            },
+            flyto_protocol::StepSpec {
+                id: "two".into(),
+                prompt: Some("which word?".into()),
+                deps: vec!["one".into()],
+                ..Default::default()
+            },
+        ],
+    };
+    let id = env.submit(plan);
+    let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
+    assert_eq!(view.steps[0].stdout_tail, "first done");
+    assert_eq!(view.steps[1].stdout_tail, "second done");
+    let session_of = |tail: &str| tail.split(':').next().unwrap_or_default().to_string();
+    assert_eq!(
+        session_of(&view.steps[0].stderr_tail),
+        session_of(&view.steps[1].stderr_tail)
+    );
+    let second = fake.requests()[1].to_string();
+    assert!(second.contains("remember the word kiwi"), "{second}");
+    assert!(second.contains("first done"), "{second}");
+}

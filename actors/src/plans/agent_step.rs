@@ -13,8 +13,10 @@ use tokio::sync::oneshot;
 
 pub struct AgentStep {
     pub prompt: String,
-    /// A named session to use (created if missing); a new one otherwise.
+    /// A named session to use (created if missing); without one, the
+    /// plan's own session (`plan <id>`), shared by its agent steps.
     pub session: Option<String>,
+    pub plan: String,
     pub workdir: String,
     /// The plan's chain and depth; the session works at the same depth.
     pub chain: String,
@@ -51,30 +53,19 @@ pub async fn run(
         return failed("the session manager is not running; see the daemon log".into());
     };
     let manager: ActorRef<ManagerMsg> = cell.into();
-    let id = match step.session {
-        Some(name) => {
-            let workdir = step.workdir.clone();
-            ask(&manager, |reply| ManagerMsg::ByName {
-                name,
-                workdir,
-                reply,
-            })
-            .await
-        }
-        None => {
-            let chain = step.chain.clone();
-            let workdir = step.workdir.clone();
-            ask(&manager, |reply| ManagerMsg::New {
-                name: None,
-                workdir: Some(workdir),
-                model: None,
-                chain: Some((chain, step.depth)),
-                reply,
-            })
-            .await
-            .map(|v| v.id)
-        }
-    };
+    let name = step
+        .session
+        .clone()
+        .unwrap_or_else(|| format!("plan {}", step.plan));
+    let workdir = step.workdir.clone();
+    let chain = Some((step.chain.clone(), step.depth));
+    let id = ask(&manager, |reply| ManagerMsg::ByName {
+        name,
+        workdir,
+        chain,
+        reply,
+    })
+    .await;
     let id = match id {
         Ok(id) => id,
         Err(m) => return failed(m),
@@ -88,18 +79,45 @@ pub async fn run(
         Ok(s) => s,
         Err(m) => return failed(m),
     };
-    let prompt = step.prompt;
-    let mut sub = match ask(&session, |reply| SessionMsg::Send {
-        text: prompt,
-        reply,
-    })
-    .await
-    {
-        Ok(s) => s,
-        Err(m) => return failed(m),
-    };
     let deadline = tokio::time::sleep(step.timeout);
     tokio::pin!(deadline);
+    // The session may be busy with another step of the plan (parallel
+    // steps) or a user's run: wait for it rather than fail.
+    let mut sub = loop {
+        let text = step.prompt.clone();
+        let answer = session
+            .call(
+                |reply| SessionMsg::Send { text, reply },
+                Some(Duration::from_secs(60)),
+            )
+            .await;
+        match answer {
+            Ok(CallResult::Success(Ok(sub))) => break sub,
+            Ok(CallResult::Success(Err(r))) if r.code == flyto_protocol::ErrorCode::Conflict => {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                    reason = &mut cancel => {
+                        return Outcome {
+                            exit: Exit::Cancelled(reason.unwrap_or(CancelReason::Shutdown)),
+                            stdout_tail: String::new(),
+                            stderr_tail: format!("session {id} was busy; the step never started"),
+                            log_truncated: false,
+                        };
+                    }
+                    _ = &mut deadline => {
+                        return Outcome {
+                            exit: Exit::TimedOut,
+                            stdout_tail: String::new(),
+                            stderr_tail: format!("session {id} stayed busy until the step's timeout"),
+                            log_truncated: false,
+                        };
+                    }
+                }
+            }
+            Ok(CallResult::Success(Err(r))) => return failed(r.message),
+            _ => return failed("the session did not answer; see the daemon log".into()),
+        }
+    };
     let mut stop: Option<Exit> = None;
     let mut text = String::new();
     // Where the current model call's text starts in `text`, and whether

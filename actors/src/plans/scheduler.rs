@@ -535,6 +535,7 @@ impl SchedulerState {
             StepAction::Agent { prompt, session } => Some(AgentStep {
                 prompt: prompt.clone(),
                 session: session.clone(),
+                plan: format_id(plan),
                 workdir: step.workdir.clone(),
                 chain: ap.rec.chain.clone(),
                 depth: ap.rec.depth,

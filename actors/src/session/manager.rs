@@ -33,6 +33,8 @@ pub enum ManagerMsg {
     ByName {
         name: String,
         workdir: String,
+        /// Chain and depth for a session this creates.
+        chain: Option<(String, u32)>,
         reply: RpcReplyPort<Result<String, Reject>>,
     },
     List {
@@ -138,6 +140,7 @@ impl Actor for SessionManager {
             ManagerMsg::ByName {
                 name,
                 workdir,
+                chain,
                 reply,
             } => {
                 let existing = state
@@ -153,7 +156,7 @@ impl Actor for SessionManager {
                 let answer = match existing {
                     Ok(Some(id)) => Ok(id),
                     Ok(None) => state
-                        .create(Some(name), Some(workdir), None, None)
+                        .create(Some(name), Some(workdir), None, chain)
                         .map(|v| v.id),
                     Err(e) => Err(e),
                 };
