@@ -32,9 +32,10 @@
 //! by default. [`SplitProxy`] does the same to any other server's answers
 //! (e.g. the OpenAI-compatible fake of `fake_llm`).
 
+use crate::fake_http::{self, read_request, send};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -409,22 +410,14 @@ impl FakeAnthropic {
             ..Shared::default()
         });
         shared.lock().script = script.into();
-        let accept_shared = shared.clone();
-        std::thread::Builder::new()
-            .name("fake-anthropic-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if accept_shared.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let shared = accept_shared.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("fake-anthropic-conn".into())
-                        .spawn(move || serve(conn, &shared));
-                }
-            })
-            .expect("spawn the fake Anthropic accept thread");
+        fake_http::spawn_accept(
+            listener,
+            "fake-anthropic",
+            "fake Anthropic",
+            shared.clone(),
+            |s| &s.stop,
+            serve,
+        );
         FakeAnthropic { addr, shared }
     }
 
@@ -792,11 +785,6 @@ pub fn write_cut(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
     send(conn, &bytes[start..])
 }
 
-fn send(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    conn.write_all(bytes)?;
-    conn.flush()
-}
-
 fn write_status(conn: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
     let reason = match code {
         400 => "Bad Request",
@@ -812,59 +800,6 @@ fn write_status(conn: &mut TcpStream, code: u16, body: &str) -> std::io::Result<
         body.len()
     );
     send(conn, format!("{head}{body}").as_bytes())
-}
-
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-/// Reads one request: method, path, headers and body (by Content-Length).
-fn read_request(conn: &mut TcpStream) -> Option<Request> {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
-    let head_end = loop {
-        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        let n = conn.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let method = first.next()?.to_string();
-    let path = first.next()?.to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < length {
-        let n = conn.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&tmp[..n]);
-    }
-    body.truncate(length);
-    Some(Request {
-        method,
-        path,
-        headers,
-        body,
-    })
 }
 
 /// A TCP relay in front of another loopback server that writes the
@@ -943,6 +878,7 @@ fn relay(mut client: TcpStream, upstream: SocketAddr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn check(messages: Value) -> Vec<String> {
         let issued: HashMap<String, String> = [("plan".to_string(), "sig-1".to_string())]

@@ -23,9 +23,10 @@
 //! server watches the connection, so a client that hangs up is noticed at
 //! once ([`FakeLlm::wait_hangup`]).
 
+use crate::fake_http;
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -265,22 +266,14 @@ impl FakeLlm {
         let addr = listener.local_addr().expect("fake LLM address");
         let shared = Arc::new(Shared::default());
         shared.lock().script = script.into();
-        let accept_shared = shared.clone();
-        std::thread::Builder::new()
-            .name("fake-llm-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if accept_shared.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let shared = accept_shared.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("fake-llm-conn".into())
-                        .spawn(move || serve(conn, &shared));
-                }
-            })
-            .expect("spawn the fake LLM accept thread");
+        fake_http::spawn_accept(
+            listener,
+            "fake-llm",
+            "fake LLM",
+            shared.clone(),
+            |s| &s.stop,
+            serve,
+        );
         FakeLlm { addr, shared }
     }
 
@@ -616,8 +609,7 @@ fn watch(conn: &mut TcpStream, pause: Duration, shared: &Shared) -> Option<Outco
 }
 
 fn send(conn: &mut TcpStream, text: &str) -> std::io::Result<()> {
-    conn.write_all(text.as_bytes())?;
-    conn.flush()
+    fake_http::send(conn, text.as_bytes())
 }
 
 fn write_status(
@@ -648,42 +640,13 @@ fn write_status(
 
 /// Reads one request: its path and body (by Content-Length).
 fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
-    let head_end = loop {
-        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        let n = conn.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let path = lines.next()?.split(' ').nth(1)?.to_string();
-    let length: usize = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < length {
-        let n = conn.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&tmp[..n]);
-    }
-    body.truncate(length);
-    Some((path, body))
+    fake_http::read_request(conn).map(|r| (r.path, r.body))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn check(messages: Value) -> Vec<String> {
         let mut out = Vec::new();

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 pub use flyto_protocol;
 
 pub mod fake_anthropic;
+mod fake_http;
 pub mod fake_llm;
+pub mod sessions_support;
 
 /// The directory holding the built `flytod` and `flytoctl`: next to the
 /// running test or bench binary (`target/<profile>/` or its `deps/`).

@@ -10,115 +10,20 @@
 // Test helpers panic to fail the test.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use flyto_tests::fake_llm::{DEFAULT_USAGE, FakeLlm, Reply};
+use flyto_tests::fake_llm::{DEFAULT_USAGE, Reply};
 use flyto_tests::flyto_protocol::{
-    BlockView, Client, Event, MessageView, PlanSpec, PlanState, Request, Response, SessionEvent,
-    SessionView, StepSpec,
+    BlockView, MessageView, PlanSpec, PlanState, SessionEvent, StepSpec,
 };
-use flyto_tests::{DEADLINE, Daemon, TestEnv};
+use flyto_tests::sessions_support::{
+    assert_every_call_answered, history, message_text, new_session, request_messages,
+    request_tool_result, send_logged, setup_with, text_of, workdir,
+};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-
-const BASE: &str = "[daemon]\nshutdown_grace = \"1s\"\n\n[plans]\nkill_grace = \"200ms\"\n\n";
 
 /// The note the loop appends to a repeated tool result.
 const REPEAT_NOTE: &str = "[flyto: you already called `read`";
 /// The user message the loop sends after a reply cut off by the output limit.
 const CONTINUE_PROMPT: &str = "Continue exactly where you stopped";
-
-/// Starts flytod with no proxy in the way of the loopback fake server.
-fn start(env: &TestEnv) -> Daemon {
-    env.try_start(&[
-        ("NO_PROXY", "127.0.0.1,localhost"),
-        ("no_proxy", "127.0.0.1,localhost"),
-    ])
-    .unwrap_or_else(|log| panic!("flytod did not become ready:\n{log}"))
-}
-
-/// A fake server with `script`, flytod configured with `extra` (e.g. a
-/// `[sessions]` section) and the fake's model profile.
-fn setup(extra: &str, script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
-    let fake = FakeLlm::start(script);
-    let env = TestEnv::new(&format!("{BASE}{extra}\n{}", fake.config()));
-    let daemon = start(&env);
-    (fake, env, daemon)
-}
-
-fn workdir(env: &TestEnv, name: &str) -> PathBuf {
-    let dir = env.work.join(name);
-    std::fs::create_dir_all(&dir).expect("workdir");
-    dir
-}
-
-fn new_session(env: &TestEnv, dir: &Path) -> String {
-    match env
-        .client()
-        .call(&Request::SessionNew {
-            name: None,
-            workdir: Some(dir.display().to_string()),
-            model: None,
-        })
-        .expect("session_new")
-    {
-        Response::Session { session } => session.id,
-        other => panic!("unexpected answer to session_new: {other:?}"),
-    }
-}
-
-/// The next session event on a send stream; `None` at `End`. A broken
-/// stream fails the test with flytod's log.
-fn next_event(client: &mut Client, daemon: &Daemon, id: &str) -> Option<(u64, SessionEvent)> {
-    match client.recv() {
-        Ok(Response::Event {
-            seq,
-            event: Event::Session { session, event },
-        }) => {
-            assert_eq!(session, id, "event of another session: {event:?}");
-            Some((seq, event))
-        }
-        Ok(Response::End {}) => None,
-        Ok(other) => panic!("unexpected frame in the session stream: {other:?}"),
-        Err(e) => panic!(
-            "the session stream broke: {e:?}; flytod's log:\n{}",
-            daemon.log()
-        ),
-    }
-}
-
-/// Sends a message and returns every event of the run, checking the
-/// stream's shape: RunStart first, exactly one run-ending event, last,
-/// increasing sequence numbers, then End.
-fn send(env: &TestEnv, daemon: &Daemon, id: &str, text: &str) -> Vec<SessionEvent> {
-    let mut client = env.client();
-    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    client
-        .send(&Request::SessionSend {
-            id: id.into(),
-            text: text.into(),
-        })
-        .expect("send session_send");
-    let mut events = Vec::new();
-    let mut last_seq = 0;
-    while let Some((seq, event)) = next_event(&mut client, daemon, id) {
-        assert!(seq > last_seq, "seq {seq} after {last_seq}: {event:?}");
-        last_seq = seq;
-        events.push(event);
-    }
-    assert!(
-        matches!(events.first(), Some(SessionEvent::RunStart { .. })),
-        "a run starts with RunStart: {events:#?}"
-    );
-    assert_eq!(
-        events.iter().filter(|e| e.ends_run()).count(),
-        1,
-        "exactly one run-ending event: {events:#?}"
-    );
-    assert!(
-        events.last().is_some_and(SessionEvent::ends_run),
-        "the run-ending event comes last: {events:#?}"
-    );
-    events
-}
 
 /// The `stop` and `message` of the run's `Done` event.
 fn stopped(events: &[SessionEvent]) -> (String, String) {
@@ -126,37 +31,6 @@ fn stopped(events: &[SessionEvent]) -> (String, String) {
         Some(SessionEvent::Done { stop, message }) => (stop.clone(), message.clone()),
         _ => panic!("the run did not end with Done: {events:#?}"),
     }
-}
-
-fn history(env: &TestEnv, id: &str) -> (SessionView, Vec<MessageView>) {
-    match env
-        .client()
-        .call(&Request::SessionHistory { id: id.into() })
-        .expect("session_history")
-    {
-        Response::History { session, messages } => (session, messages),
-        other => panic!("unexpected answer to session_history: {other:?}"),
-    }
-}
-
-fn text_of(events: &[SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Text { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn message_text(m: &MessageView) -> String {
-    m.blocks
-        .iter()
-        .filter_map(|b| match b {
-            BlockView::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn roles(messages: &[MessageView]) -> Vec<&str> {
@@ -175,41 +49,6 @@ fn stored_result(messages: &[MessageView], call: &str) -> String {
             _ => None,
         })
         .unwrap_or_else(|| panic!("no stored result for {call}: {messages:#?}"))
-}
-
-/// Every stored tool call has a result in the next message.
-fn assert_every_call_answered(messages: &[MessageView]) {
-    for (i, m) in messages.iter().enumerate() {
-        for b in &m.blocks {
-            if let BlockView::ToolUse { id, .. } = b {
-                let answered = messages.get(i + 1).is_some_and(|next| {
-                    next.blocks.iter().any(
-                        |nb| matches!(nb, BlockView::ToolResult { call_id, .. } if call_id == id),
-                    )
-                });
-                assert!(
-                    answered,
-                    "tool call {id} (message {i}) has no result in the next message: {messages:#?}"
-                );
-            }
-        }
-    }
-}
-
-fn request_messages(body: &Value) -> &Vec<Value> {
-    body["messages"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no messages in {body:#}"))
-}
-
-/// The `role: "tool"` message answering `call` in a request body.
-fn request_tool_result(body: &Value, call: &str) -> String {
-    request_messages(body)
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result for {call} in {body:#}"))
-        .to_string()
 }
 
 /// A reply streaming `text` that the provider cut off at its output limit:
@@ -253,7 +92,7 @@ fn read_call(id: &str, path: &str) -> Reply {
 #[test]
 fn the_same_call_with_the_same_result_is_flagged_then_stopped_at_the_fourth() {
     let calls = ["r1", "r2", "r3", "r4", "r5"];
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "",
         calls.iter().map(|c| read_call(c, "notes.txt")).collect(),
     );
@@ -261,7 +100,7 @@ fn the_same_call_with_the_same_result_is_flagged_then_stopped_at_the_fourth() {
     std::fs::write(dir.join("notes.txt"), "alpha\nbeta\n").expect("notes.txt");
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "what is in notes.txt?");
+    let events = send_logged(&env, &daemon, &id, "what is in notes.txt?");
     let (stop, message) = stopped(&events);
     assert_eq!(stop, "repeat_guard", "{events:#?}");
     assert!(
@@ -308,14 +147,14 @@ fn steps_that_only_repeat_earlier_calls_stop_the_run_as_stalled() {
         .map(|i| read_call(&format!("s{}", i + 1), files[i % 4]))
         .collect();
     script.push(read_call("s13", "e.txt"));
-    let (fake, env, daemon) = setup("", script);
+    let (fake, env, daemon) = setup_with("", script);
     let dir = workdir(&env, "ws");
     for f in files.iter().chain(&["e.txt"]) {
         std::fs::write(dir.join(f), format!("contents of {f}\n")).expect("file");
     }
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "look around");
+    let events = send_logged(&env, &daemon, &id, "look around");
     let (stop, message) = stopped(&events);
     assert_eq!(stop, "stalled", "{events:#?}");
     assert!(
@@ -355,7 +194,7 @@ fn steps_that_only_repeat_earlier_calls_stop_the_run_as_stalled() {
 
 #[test]
 fn max_iterations_stops_the_run_and_a_new_send_continues_it() {
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "[sessions]\nmax_iterations = 3\n",
         vec![
             read_call("m1", "f1.txt"),
@@ -370,7 +209,7 @@ fn max_iterations_stops_the_run_and_a_new_send_continues_it() {
     }
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "read every file");
+    let events = send_logged(&env, &daemon, &id, "read every file");
     let (stop, message) = stopped(&events);
     assert_eq!(stop, "max_iterations", "{events:#?}");
     assert!(
@@ -385,7 +224,7 @@ fn max_iterations_stops_the_run_and_a_new_send_continues_it() {
     assert_eq!(messages.len(), 7, "{messages:#?}");
     assert_every_call_answered(&messages);
 
-    let events = send(&env, &daemon, &id, "go on");
+    let events = send_logged(&env, &daemon, &id, "go on");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(text_of(&events), "Picked up where I left off.");
     let requests = fake.requests();
@@ -419,7 +258,7 @@ fn max_iterations_stops_the_run_and_a_new_send_continues_it() {
 
 #[test]
 fn cut_off_replies_are_continued_up_to_max_continuations() {
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "[sessions]\nmax_continuations = 2\n",
         vec![
             // Run 1: two cut-off replies, then the end.
@@ -437,7 +276,7 @@ fn cut_off_replies_are_continued_up_to_max_continuations() {
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "tell me a long story");
+    let events = send_logged(&env, &daemon, &id, "tell me a long story");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(
         text_of(&events),
@@ -480,7 +319,7 @@ fn cut_off_replies_are_continued_up_to_max_continuations() {
         .collect();
     assert_eq!(replies, "The first part, the second part, and the end.");
 
-    let events = send(&env, &daemon, &id, "another one");
+    let events = send_logged(&env, &daemon, &id, "another one");
     let (stop, message) = stopped(&events);
     assert_eq!(stop, "max_tokens", "{events:#?}");
     assert!(
@@ -491,7 +330,7 @@ fn cut_off_replies_are_continued_up_to_max_continuations() {
     // The first reply and max_continuations = 2 continuations, no more.
     assert_eq!(fake.request_count(), 6);
 
-    let events = send(&env, &daemon, &id, "continue");
+    let events = send_logged(&env, &daemon, &id, "continue");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(text_of(&events), "four.");
     let requests = fake.requests();
@@ -520,7 +359,7 @@ fn cut_off_replies_are_continued_up_to_max_continuations() {
 #[test]
 fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
     // Prices: 1 USD per million input tokens, 2 per million output tokens.
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "[sessions]\nmax_run_cost_usd = 0.001\n",
         vec![
             // Run 1: $0.0004, then $0.0007: over the limit after call 2.
@@ -533,7 +372,7 @@ fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
     std::fs::write(dir.join("two.txt"), "two\n").expect("two.txt");
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "read both files");
+    let events = send_logged(&env, &daemon, &id, "read both files");
     let (stop, message) = stopped(&events);
     assert_eq!(stop, "budget", "{events:#?}");
     assert!(
@@ -557,7 +396,7 @@ fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
         read_call("b3", "one.txt").usage(300, 50),
         Reply::text("Both read.").usage(300, 50),
     ]);
-    let events = send(&env, &daemon, &id, "go on");
+    let events = send_logged(&env, &daemon, &id, "go on");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(text_of(&events), "Both read.");
     assert_eq!(fake.request_count(), 4);
@@ -568,14 +407,14 @@ fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
 
 #[test]
 fn an_auth_error_is_not_retried_and_the_next_send_works() {
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "",
         vec![Reply::status(401, None), Reply::text("Back in business.")],
     );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "first try");
+    let events = send_logged(&env, &daemon, &id, "first try");
     let message = match events.last() {
         Some(SessionEvent::Error { message }) => message.clone(),
         _ => panic!("the run did not end with Error: {events:#?}"),
@@ -603,7 +442,7 @@ fn an_auth_error_is_not_retried_and_the_next_send_works() {
     );
     assert_eq!(roles(&messages), ["user"], "{messages:#?}");
 
-    let events = send(&env, &daemon, &id, "second try");
+    let events = send_logged(&env, &daemon, &id, "second try");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(text_of(&events), "Back in business.");
     let requests = fake.requests();
@@ -625,7 +464,7 @@ fn an_auth_error_is_not_retried_and_the_next_send_works() {
 
 #[test]
 fn an_agent_step_records_the_whole_text_of_a_continued_reply() {
-    let (fake, env, _daemon) = setup(
+    let (fake, env, _daemon) = setup_with(
         "[sessions]\nmax_continuations = 2\n",
         vec![
             Reply::tool_call("a1", "read", json!({"path": "in.txt"})),
@@ -658,7 +497,7 @@ fn an_agent_step_records_the_whole_text_of_a_continued_reply() {
 fn continuations_are_counted_per_reply_not_per_run() {
     // With max_continuations = 1, a cut-off reply before a tool round and
     // another after it are each continued once: they are not "in a row".
-    let (fake, env, daemon) = setup(
+    let (fake, env, daemon) = setup_with(
         "[sessions]\nmax_continuations = 1\n",
         vec![
             cut_off("Let me look "),
@@ -671,7 +510,7 @@ fn continuations_are_counted_per_reply_not_per_run() {
     std::fs::write(dir.join("in.txt"), "hello\n").expect("in.txt");
     let id = new_session(&env, &dir);
 
-    let events = send(&env, &daemon, &id, "what does in.txt say?");
+    let events = send_logged(&env, &daemon, &id, "what does in.txt say?");
     assert_eq!(stopped(&events).0, "end_turn", "{events:#?}");
     assert_eq!(text_of(&events), "Let me look The file says hello.");
     let requests = fake.requests();

@@ -11,15 +11,15 @@
 use flyto_tests::fake_anthropic::{self, FakeAnthropic, PRICES, SplitProxy, Usage};
 use flyto_tests::fake_llm::{self, FakeLlm};
 use flyto_tests::flyto_protocol::{
-    BlockView, Client, MessageView, PlanSpec, PlanState, Request, Response, SessionEvent,
-    SessionView, StepSpec,
+    BlockView, PlanSpec, PlanState, Request, Response, SessionEvent, SessionView, StepSpec,
+};
+use flyto_tests::sessions_support::{
+    BASE, done, history, message_text, new_session, send, start_with, text_of, workdir,
 };
 use flyto_tests::{DEADLINE, Daemon, TestEnv};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-const BASE: &str = "[daemon]\nshutdown_grace = \"1s\"\n\n[plans]\nkill_grace = \"200ms\"\n\n";
 
 /// The variable holding the fake Anthropic key in flytod's environment.
 const KEY_ENV: &str = "FAKE_ANTHROPIC_KEY";
@@ -28,96 +28,7 @@ const KEY: &str = "sk-ant-test-123";
 /// Starts flytod with the Anthropic key in its environment and no proxy in
 /// the way of the loopback fake servers.
 fn start(env: &TestEnv) -> Daemon {
-    env.try_start(&[
-        ("NO_PROXY", "127.0.0.1,localhost"),
-        ("no_proxy", "127.0.0.1,localhost"),
-        (KEY_ENV, KEY),
-    ])
-    .unwrap_or_else(|log| panic!("flytod did not become ready:\n{log}"))
-}
-
-fn workdir(env: &TestEnv, name: &str) -> PathBuf {
-    let dir = env.work.join(name);
-    std::fs::create_dir_all(&dir).expect("workdir");
-    dir
-}
-
-fn new_session(env: &TestEnv, dir: &Path) -> String {
-    match env
-        .client()
-        .call(&Request::SessionNew {
-            name: None,
-            workdir: Some(dir.display().to_string()),
-            model: None,
-        })
-        .expect("session_new")
-    {
-        Response::Session { session } => session.id,
-        other => panic!("unexpected answer to session_new: {other:?}"),
-    }
-}
-
-/// The next session event on a send stream; `None` at `End`.
-fn next_event(client: &mut Client, id: &str) -> Option<(u64, SessionEvent)> {
-    match client.recv().expect("session event") {
-        Response::Event {
-            seq,
-            event: flyto_tests::flyto_protocol::Event::Session { session, event },
-        } => {
-            assert_eq!(session, id, "event of another session: {event:?}");
-            Some((seq, event))
-        }
-        Response::End {} => None,
-        other => panic!("unexpected frame in the session stream: {other:?}"),
-    }
-}
-
-/// Sends a message and returns every event of the run: RunStart first,
-/// exactly one run-ending event, last, increasing sequence numbers.
-fn send(env: &TestEnv, id: &str, text: &str) -> Vec<SessionEvent> {
-    let mut client = env.client();
-    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    client
-        .send(&Request::SessionSend {
-            id: id.into(),
-            text: text.into(),
-        })
-        .expect("send session_send");
-    let mut events = Vec::new();
-    let mut last_seq = 0;
-    while let Some((seq, event)) = next_event(&mut client, id) {
-        assert!(seq > last_seq, "seq {seq} after {last_seq}: {event:?}");
-        last_seq = seq;
-        events.push(event);
-    }
-    assert!(
-        matches!(events.first(), Some(SessionEvent::RunStart { .. })),
-        "a run starts with RunStart: {events:#?}"
-    );
-    assert_eq!(
-        events.iter().filter(|e| e.ends_run()).count(),
-        1,
-        "exactly one run-ending event: {events:#?}"
-    );
-    assert!(
-        events.last().is_some_and(SessionEvent::ends_run),
-        "{events:#?}"
-    );
-    events
-}
-
-fn done(events: &[SessionEvent]) -> bool {
-    matches!(events.last(), Some(SessionEvent::Done { .. }))
-}
-
-fn text_of(events: &[SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Text { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
+    start_with(env, &[(KEY_ENV, KEY)])
 }
 
 fn reasoning_of(events: &[SessionEvent]) -> String {
@@ -193,17 +104,6 @@ fn llm_ends(events: &[SessionEvent]) -> Vec<(u64, u64, u64, u64, f64)> {
         .collect()
 }
 
-fn history(env: &TestEnv, id: &str) -> (SessionView, Vec<MessageView>) {
-    match env
-        .client()
-        .call(&Request::SessionHistory { id: id.into() })
-        .expect("session_history")
-    {
-        Response::History { session, messages } => (session, messages),
-        other => panic!("unexpected answer to session_history: {other:?}"),
-    }
-}
-
 fn listed_session(env: &TestEnv, id: &str) -> SessionView {
     match env
         .client()
@@ -216,16 +116,6 @@ fn listed_session(env: &TestEnv, id: &str) -> SessionView {
             .unwrap_or_else(|| panic!("session {id} is not listed")),
         other => panic!("unexpected answer to session_list: {other:?}"),
     }
-}
-
-fn message_text(m: &MessageView) -> String {
-    m.blocks
-        .iter()
-        .filter_map(|b| match b {
-            BlockView::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn assert_close(what: &str, got: f64, want: f64) {

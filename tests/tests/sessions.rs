@@ -11,161 +11,17 @@
 
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::flyto_protocol::{
-    BlockView, Client, ClientError, ErrorCode, Event, MessageView, PlanSpec, PlanState, Request,
-    Response, SessionEvent, SessionView, StepSpec, StepState,
+    BlockView, ClientError, ErrorCode, MessageView, PlanSpec, PlanState, Request, Response,
+    SessionEvent, StepSpec, StepState,
 };
-use flyto_tests::{DEADLINE, Daemon, TestEnv, bin, wait_until};
-use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use flyto_tests::sessions_support::{
+    BASE, assert_every_call_answered, assert_run_shape, cancel, done, drain, history, message_text,
+    new_session, next_event, request_tool_result, send, send_refused, setup, start, start_send,
+    text_of, try_new_session, wait_for_text, workdir,
+};
+use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
+use serde_json::json;
 use std::time::{Duration, Instant};
-
-const BASE: &str = "[daemon]\nshutdown_grace = \"1s\"\n\n[plans]\nkill_grace = \"200ms\"\n\n";
-
-/// Starts flytod with no proxy in the way of the loopback fake server.
-fn start(env: &TestEnv) -> Daemon {
-    env.try_start(&[
-        ("NO_PROXY", "127.0.0.1,localhost"),
-        ("no_proxy", "127.0.0.1,localhost"),
-    ])
-    .unwrap_or_else(|log| panic!("flytod did not become ready:\n{log}"))
-}
-
-/// A fake server with `script`, an env whose config points at it, flytod.
-fn setup(script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
-    let fake = FakeLlm::start(script);
-    let env = TestEnv::new(&format!("{BASE}{}", fake.config()));
-    let daemon = start(&env);
-    (fake, env, daemon)
-}
-
-fn workdir(env: &TestEnv, name: &str) -> PathBuf {
-    let dir = env.work.join(name);
-    std::fs::create_dir_all(&dir).expect("workdir");
-    dir
-}
-
-fn try_new_session(env: &TestEnv, dir: &Path) -> Result<SessionView, ClientError> {
-    env.client()
-        .call(&Request::SessionNew {
-            name: None,
-            workdir: Some(dir.display().to_string()),
-            model: None,
-        })
-        .map(|r| match r {
-            Response::Session { session } => session,
-            other => panic!("unexpected answer to session_new: {other:?}"),
-        })
-}
-
-fn new_session(env: &TestEnv, dir: &Path) -> String {
-    try_new_session(env, dir).expect("session_new").id
-}
-
-/// A client whose `session_send` has been sent; read it with [`next_event`].
-fn start_send(env: &TestEnv, id: &str, text: &str) -> Client {
-    let mut client = env.client();
-    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    client
-        .send(&Request::SessionSend {
-            id: id.into(),
-            text: text.into(),
-        })
-        .expect("send session_send");
-    client
-}
-
-/// The next session event on a send/attach stream; `None` at `End`.
-fn next_event(client: &mut Client, id: &str) -> Option<(u64, SessionEvent)> {
-    match client.recv().expect("session event") {
-        Response::Event {
-            seq,
-            event: Event::Session { session, event },
-        } => {
-            assert_eq!(session, id, "event of another session: {event:?}");
-            Some((seq, event))
-        }
-        Response::End {} => None,
-        other => panic!("unexpected frame in the session stream: {other:?}"),
-    }
-}
-
-/// Sends a message and returns every event of the run, checking the
-/// stream's shape: RunStart first, exactly one run-ending event, last,
-/// increasing sequence numbers, then End.
-fn send(env: &TestEnv, id: &str, text: &str) -> Vec<SessionEvent> {
-    let mut client = start_send(env, id, text);
-    let mut events = Vec::new();
-    let mut last_seq = 0;
-    while let Some((seq, event)) = next_event(&mut client, id) {
-        assert!(seq > last_seq, "seq {seq} after {last_seq}: {event:?}");
-        last_seq = seq;
-        events.push(event);
-    }
-    assert_run_shape(&events);
-    events
-}
-
-fn assert_run_shape(events: &[SessionEvent]) {
-    assert!(
-        matches!(events.first(), Some(SessionEvent::RunStart { .. })),
-        "a run starts with RunStart: {events:#?}"
-    );
-    let ends = events.iter().filter(|e| e.ends_run()).count();
-    assert_eq!(ends, 1, "exactly one run-ending event: {events:#?}");
-    assert!(
-        events.last().is_some_and(SessionEvent::ends_run),
-        "the run-ending event comes last: {events:#?}"
-    );
-}
-
-/// `session_send` that must be refused: its error code and message.
-fn send_refused(env: &TestEnv, id: &str, text: &str) -> (ErrorCode, String) {
-    let mut client = env.client();
-    client.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    match client.call(&Request::SessionSend {
-        id: id.into(),
-        text: text.into(),
-    }) {
-        Err(ClientError::Remote { code, message }) => (code, message),
-        other => panic!("session_send was not refused: {other:?}"),
-    }
-}
-
-fn cancel(env: &TestEnv, id: &str) -> SessionView {
-    match env
-        .client()
-        .call(&Request::SessionCancel { id: id.into() })
-        .expect("session_cancel")
-    {
-        Response::Session { session } => session,
-        other => panic!("unexpected answer to session_cancel: {other:?}"),
-    }
-}
-
-fn history(env: &TestEnv, id: &str) -> (SessionView, Vec<MessageView>) {
-    match env
-        .client()
-        .call(&Request::SessionHistory { id: id.into() })
-        .expect("session_history")
-    {
-        Response::History { session, messages } => (session, messages),
-        other => panic!("unexpected answer to session_history: {other:?}"),
-    }
-}
-
-fn text_of(events: &[SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Text { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn done(events: &[SessionEvent]) -> bool {
-    matches!(events.last(), Some(SessionEvent::Done { .. }))
-}
 
 fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
     events
@@ -182,16 +38,6 @@ fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
         .unwrap_or_else(|| panic!("no ToolResult for {call}: {events:#?}"))
 }
 
-fn message_text(m: &MessageView) -> String {
-    m.blocks
-        .iter()
-        .filter_map(|b| match b {
-            BlockView::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The stored result of tool call `call`.
 fn stored_result(messages: &[MessageView], call: &str) -> Option<(String, bool)> {
     messages
@@ -205,37 +51,6 @@ fn stored_result(messages: &[MessageView], call: &str) -> Option<(String, bool)>
             } if call_id == call => Some((content.clone(), *is_error)),
             _ => None,
         })
-}
-
-/// Every stored tool call has a result in the next message.
-fn assert_every_call_answered(messages: &[MessageView]) {
-    for (i, m) in messages.iter().enumerate() {
-        for b in &m.blocks {
-            if let BlockView::ToolUse { id, .. } = b {
-                let answered = messages.get(i + 1).is_some_and(|next| {
-                    next.blocks.iter().any(
-                        |nb| matches!(nb, BlockView::ToolResult { call_id, .. } if call_id == id),
-                    )
-                });
-                assert!(
-                    answered,
-                    "tool call {id} (message {i}) has no result in the next message: {messages:#?}"
-                );
-            }
-        }
-    }
-}
-
-/// The `role: "tool"` message answering `call` in a request body.
-fn request_tool_result(body: &Value, call: &str) -> String {
-    body["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no tool result for {call} in {body:#}"))
-        .to_string()
 }
 
 /// Pids of live processes started for session `session` of this env: their
@@ -576,27 +391,6 @@ fn a_second_send_while_running_is_a_conflict() {
     );
     assert_eq!(message_text(&messages[0]), "count slowly");
     assert_eq!(fake.request_count(), 1);
-}
-
-/// Reads the send stream until the first Text delta.
-fn wait_for_text(client: &mut Client, id: &str) {
-    loop {
-        match next_event(client, id) {
-            Some((_, SessionEvent::Text { .. })) => return,
-            Some((_, e)) if e.ends_run() => panic!("the run ended early: {e:?}"),
-            Some(_) => {}
-            None => panic!("the stream ended before any text"),
-        }
-    }
-}
-
-/// Reads the rest of a send stream (to End).
-fn drain(client: &mut Client, id: &str) -> Vec<SessionEvent> {
-    let mut events = Vec::new();
-    while let Some((_, e)) = next_event(client, id) {
-        events.push(e);
-    }
-    events
 }
 
 #[test]
