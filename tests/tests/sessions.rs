@@ -1022,3 +1022,46 @@ fn a_session_model_may_name_a_profile() {
     assert!(out.stderr.contains("[models.<name>]"), "{}", out.stderr);
     fake.assert_protocol_ok();
 }
+
+/// A tool's background processes outlive a SIGKILLed flytod (only the
+/// tool's shell dies with it); the restarted daemon finds and kills them
+/// when it repairs the interrupted session.
+#[test]
+fn leftovers_of_a_tool_are_killed_when_the_session_is_repaired() {
+    let (_fake, env, daemon) = setup(vec![Reply::tool_call(
+        "call_bg",
+        "bash",
+        json!({"command": "sleep 300 & sleep 300"}),
+    )]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let _reap = ReapOnDrop {
+        env: &env,
+        id: id.clone(),
+    };
+    let mut stream = start_send(&env, &id, "start something");
+    loop {
+        match next_event(&mut stream, &id) {
+            Some((_, SessionEvent::ToolCall { .. })) => break,
+            Some((_, e)) => assert!(!e.ends_run(), "the run ended early: {e:?}"),
+            None => panic!("the stream ended before the tool call"),
+        }
+    }
+    wait_until("both sleeps to run", DEADLINE, || {
+        (session_processes(&env, &id).len() >= 3).then_some(())
+    });
+    new_session(&env, &dir);
+    daemon.kill9();
+    // The shell dies with flytod; its background `sleep` does not.
+    let left = wait_until("the tool's shell to die with flytod", DEADLINE, || {
+        let left = session_processes(&env, &id);
+        (left.len() < 3 && !left.is_empty()).then_some(left)
+    });
+    assert!(!left.is_empty());
+    let _daemon = start(&env);
+    wait_until("the leftover processes to be killed", DEADLINE, || {
+        session_processes(&env, &id).is_empty().then_some(())
+    });
+    let (session, _) = history(&env, &id);
+    assert_eq!(session.status, "error", "{session:#?}");
+}

@@ -298,6 +298,14 @@ pub fn recover(
     if rec.status != SessionStatus::Running {
         return Ok(rec);
     }
+    // Tool processes of the dead run may still be going (a tool's
+    // background children outlive flytod): they must not keep acting.
+    let socket = deps.config().plan_socket;
+    let socket_dir = std::path::Path::new(&socket)
+        .parent()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    crate::tools::process::kill_session_leftovers(&format_id(rec.id), &socket_dir);
     let last = rec.next_idx.saturating_sub(1);
     let tail = deps.store.messages(rec.id, last)?;
     let mut repair = Vec::new();

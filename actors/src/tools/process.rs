@@ -105,10 +105,18 @@ pub async fn run(
     // SAFETY: prctl is async-signal-safe; the closure only calls it.
     unsafe {
         let nofile = CHILD_NOFILE.get().copied();
+        let parent = std::process::id() as libc::pid_t;
         cmd.pre_exec(move || {
             // If flytod dies without cleaning up, its children die too.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // flytod may have died between fork and prctl; then nobody
+            // would ever kill this child.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "flytod exited while starting the command",
+                ));
             }
             if let Some(lim) = nofile {
                 libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
@@ -208,7 +216,17 @@ pub fn kill_group(pgid: i32, signal: i32) {
 /// recorded before the crash, and no other live daemon hands out that socket.
 /// The marker check means a reused pid is never hit.
 pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, socket_dir: &str) {
-    let want = format!("FLYTO_STEP={marker}");
+    kill_leftovers(pgid, &format!("FLYTO_STEP={marker}"), socket_dir);
+}
+
+/// After a crash: kills what the tools of session `session` left running
+/// (found by `FLYTO_SESSION_ID` and this daemon's socket directory).
+pub fn kill_session_leftovers(session: &str, socket_dir: &str) {
+    kill_leftovers(None, &format!("FLYTO_SESSION_ID={session}"), socket_dir);
+}
+
+fn kill_leftovers(pgid: Option<i32>, want: &str, socket_dir: &str) {
+    let want = want.to_string();
     // Every socket this daemon hands out lives in its socket directory.
     let sock = format!("FLYTO_PLAN_SOCK={}/", socket_dir.trim_end_matches('/'));
     // SAFETY: getpgrp has no preconditions.
@@ -247,7 +265,7 @@ pub fn kill_orphaned_group(pgid: Option<i32>, marker: &str, socket_dir: &str) {
         if pgrp != own_group && has(&want) && (Some(pgrp) == pgid || has_prefix(&sock)) {
             tracing::warn!(
                 pgid = pgrp,
-                step = marker,
+                leftover = %want,
                 "killing processes left over from an interrupted step"
             );
             kill_group(pgrp, libc::SIGKILL);
