@@ -25,6 +25,7 @@ use flyto_actors::session::{
 use flyto_actors::store::Store;
 use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
 use flyto_actors::tools::Registry;
+use flyto_actors::tools::bash::SharedPolicy;
 use flyto_actors::{Clock, SystemClock};
 use plan_sockets::DaemonPlanSockets;
 use ractor::{Actor, ActorRef};
@@ -184,13 +185,12 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     flyto_actors::tools::env::hide_key_vars(&config.models());
+    let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
     let session_deps = Arc::new(SessionDeps {
         store: Arc::new(SledSessionStore::open(store.clone())?),
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,
         models: RwLock::new(Arc::new(config.models())),
-        tools: Registry::new(flyto_actors::tools::builtin::all(Arc::new(
-            config.policy()?,
-        ))),
+        tools: Registry::new(flyto_actors::tools::builtin::all(policy.clone())),
         config: RwLock::new(config.session_config(&socket_path)),
         clock: Arc::new(SystemClock),
         sockets: plan_sockets.clone(),
@@ -259,6 +259,15 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         flyto_actors::tools::env::hide_key_vars(&new.config.models());
                         if let Ok(mut m) = session_deps.models.write() {
                             *m = Arc::new(new.config.models());
+                        }
+                        match new.config.policy() {
+                            Ok(p) => {
+                                if let Ok(mut current) = policy.write() {
+                                    *current = Arc::new(p);
+                                }
+                            }
+                            // parse() checked it; keep the old one if not.
+                            Err(e) => tracing::error!("keeping the old [permissions]: {e:#}"),
                         }
                         if let Ok(mut c) = session_deps.config.write() {
                             *c = new.config.session_config(&socket_path);

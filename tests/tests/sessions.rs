@@ -1065,3 +1065,32 @@ fn leftovers_of_a_tool_are_killed_when_the_session_is_repaired() {
     let (session, _) = history(&env, &id);
     assert_eq!(session.status, "error", "{session:#?}");
 }
+
+/// `[permissions]` is re-read on SIGHUP: a rule added to the config takes
+/// effect for the next tool call without a restart.
+#[test]
+fn a_reloaded_permission_rule_applies_to_the_next_tool_call() {
+    let (fake, env, daemon) = setup(vec![
+        Reply::tool_call("call_1", "bash", json!({"command": "echo before"})),
+        Reply::text("ok"),
+        Reply::tool_call("call_2", "bash", json!({"command": "echo after"})),
+        Reply::text("ok"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "say before");
+    let (out, is_error) = tool_result(&events, "call_1");
+    assert!(!is_error && out.contains("before"), "{out}");
+
+    let config = std::fs::read_to_string(&env.config).expect("config");
+    env.write_config(&format!("{config}\n[permissions]\ndeny = [\"echo *\"]\n"));
+    daemon.signal(libc::SIGHUP);
+    wait_until("the config to be reloaded", DEADLINE, || {
+        daemon.log().contains("config reloaded").then_some(())
+    });
+    let events = send(&env, &id, "say after");
+    let (out, is_error) = tool_result(&events, "call_2");
+    assert!(is_error, "the reloaded deny rule applies: {out}");
+    assert!(out.contains("echo"), "{out}");
+    fake.assert_protocol_ok();
+}

@@ -70,12 +70,20 @@ struct Args {
 
 /// The `bash` tool.
 pub struct BashTool {
-    policy: Arc<Policy>,
+    policy: SharedPolicy,
     output_limit: usize,
 }
 
+/// The policy the daemon swaps on reload; each call reads the current one.
+pub type SharedPolicy = Arc<std::sync::RwLock<Arc<Policy>>>;
+
 impl BashTool {
     pub fn new(policy: Arc<Policy>) -> Self {
+        Self::shared(Arc::new(std::sync::RwLock::new(policy)))
+    }
+
+    /// A tool following `policy` as it is replaced.
+    pub fn shared(policy: SharedPolicy) -> Self {
         BashTool {
             policy,
             output_limit: OUTPUT_LIMIT,
@@ -109,7 +117,15 @@ impl BashTool {
                  a file (`nohup cmd > log 2>&1 &`) and check the file later."
             ));
         }
-        if let Some(refusal) = self.policy.check(&args.command, &ctx.workdir).message() {
+        let policy = match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(_) => {
+                return ToolOutput::error(
+                    "bash: the permission policy is unavailable; nothing ran",
+                );
+            }
+        };
+        if let Some(refusal) = policy.check(&args.command, &ctx.workdir).message() {
             return ToolOutput::error(refusal);
         }
         if ctx.cancel.is_cancelled() {

@@ -30,9 +30,9 @@ pub fn file_tools() -> Vec<Arc<dyn Tool>> {
 }
 
 /// Every builtin tool: the file tools and `bash` under `policy`.
-pub fn all(policy: Arc<super::policy::Policy>) -> Vec<Arc<dyn Tool>> {
+pub fn all(policy: super::bash::SharedPolicy) -> Vec<Arc<dyn Tool>> {
     let mut tools = file_tools();
-    tools.push(Arc::new(super::bash::BashTool::new(policy)));
+    tools.push(Arc::new(super::bash::BashTool::shared(policy)));
     tools
 }
 
