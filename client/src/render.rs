@@ -164,6 +164,7 @@ pub fn stats(s: &DaemonStats) -> String {
         ("steps running", s.steps_running.to_string()),
         ("sessions", s.sessions.to_string()),
         ("sessions running", s.sessions_running.to_string()),
+        ("sessions in memory", s.sessions_live.to_string()),
         ("input tokens", s.input_tokens.to_string()),
         ("output tokens", s.output_tokens.to_string()),
         ("cost", cost(s.cost_usd)),
@@ -306,6 +307,7 @@ build stderr:
             db_bytes: 2048,
             sessions: 3,
             sessions_running: 1,
+            sessions_live: 1,
             input_tokens: 12_345,
             cost_usd: 0.5,
             ..Default::default()

@@ -628,6 +628,7 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             db_bytes: c.db_bytes,
             sessions: t.sessions,
             sessions_running: t.running,
+            sessions_live: t.live,
             input_tokens: t.usage.input_tokens,
             output_tokens: t.usage.output_tokens,
             cost_usd: t.cost_usd,

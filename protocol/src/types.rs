@@ -472,6 +472,8 @@ pub struct DaemonStats {
     pub db_bytes: u64,
     pub sessions: u64,
     pub sessions_running: u64,
+    /// Session actors in memory (idle ones stop after `sessions.idle_stop`).
+    pub sessions_live: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,

@@ -1094,3 +1094,30 @@ fn a_reloaded_permission_rule_applies_to_the_next_tool_call() {
     assert!(out.contains("echo"), "{out}");
     fake.assert_protocol_ok();
 }
+
+/// An idle session's actor stops after `sessions.idle_stop`; its state
+/// stays in the store and the next message starts it again.
+#[test]
+fn idle_session_actors_stop_and_start_again_on_demand() {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        "[sessions]\nidle_stop = \"1s\"\n",
+        vec![Reply::text("one"), Reply::text("two")],
+    );
+    let live = |env: &TestEnv| match env.client().call(&Request::Stats {}).expect("stats") {
+        Response::Stats { stats } => stats.sessions_live,
+        other => panic!("unexpected {other:?}"),
+    };
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    assert_eq!(text_of(&send(&env, &id, "first")), "one");
+    assert_eq!(live(&env), 1);
+    wait_until("the idle session actor to stop", DEADLINE, || {
+        (live(&env) == 0).then_some(())
+    });
+    let (session, messages) = history(&env, &id);
+    assert_eq!(session.status, "idle");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(text_of(&send(&env, &id, "second")), "two");
+    assert_eq!(live(&env), 1);
+    fake.assert_protocol_ok();
+}

@@ -61,6 +61,8 @@ pub enum ManagerMsg {
 pub struct SessionTotals {
     pub sessions: u64,
     pub running: u64,
+    /// Session actors alive right now.
+    pub live: u64,
     pub usage: Usage,
     pub cost_usd: f64,
 }
@@ -205,6 +207,7 @@ impl Actor for SessionManager {
                     .map(|all| {
                         let mut t = SessionTotals {
                             sessions: all.len() as u64,
+                            live: state.live.len() as u64,
                             ..SessionTotals::default()
                         };
                         for r in &all {
