@@ -7,6 +7,7 @@
 //! the daemon translates requests into actor messages.
 
 pub mod clock;
+pub mod compaction;
 pub mod llm;
 pub mod plans;
 pub mod session;

@@ -1,15 +1,17 @@
 //! Agent sessions: `session_new`, `session_send`, `session_attach`,
-//! `session_cancel`, `session_list`, `session_history`. Streaming a run is
-//! shared with `chat`.
+//! `session_cancel`, `session_list`, `session_history`, and the context
+//! commands `session_reset`, `session_model`, `session_compact`. Streaming a
+//! run is shared with `chat` and `session_compact`.
 //!
 //! Commands take a session id (`s3`) or the name of an existing session.
 
 use crate::conn::{Ctx, unexpected};
+use crate::context_render;
 use crate::exit::{self, usage};
 use crate::format::now_ms;
 use crate::interrupt::{self, CtrlC};
 use crate::output;
-use crate::session_render::{self, Chunk, HistoryMode, Mode, Outcome, RunView};
+use crate::session_render::{self, Chunk, HistoryMode, Mode, Outcome, RunView, Window};
 use crate::style::{Style, Tone, term_width};
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
@@ -93,6 +95,46 @@ pub struct HistoryArgs {
     /// terminal]
     #[arg(long)]
     pub reasoning: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    #[command(flatten)]
+    pub how: ResetHow,
+}
+
+/// Exactly one of `--soft` and `--hard`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct ResetHow {
+    /// The model's window starts at the last user message
+    #[arg(long)]
+    pub soft: bool,
+
+    /// The model's window starts empty
+    #[arg(long)]
+    pub hard: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    /// Model profile, or a role such as `main` or `fast`
+    pub model: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    #[command(flatten)]
+    pub show: ShowArgs,
 }
 
 pub fn new(ctx: &Ctx, args: NewArgs) -> Result<u8> {
@@ -250,11 +292,11 @@ pub fn send(
         id: id.to_string(),
         text,
     })?;
-    follow_run(&mut client, id, view)
+    follow_run(&mut client, "session_send", id, view)
 }
 
-/// Reads one run's events until `End`.
-fn follow_run(client: &mut Client, id: &str, view: &mut RunView) -> Result<Outcome> {
+/// Reads one run's events until `End`; `op` names the request in errors.
+fn follow_run(client: &mut Client, op: &str, id: &str, view: &mut RunView) -> Result<Outcome> {
     let mut outcome = None;
     loop {
         let resp = match client.recv() {
@@ -290,7 +332,7 @@ fn follow_run(client: &mut Client, id: &str, view: &mut RunView) -> Result<Outco
                 write(view.finish())?;
                 return Err(ClientError::Remote { code, message }.into());
             }
-            other => return Err(unexpected("session_send", &other)),
+            other => return Err(unexpected(op, &other)),
         }
     }
 }
@@ -316,8 +358,12 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
         id: id.clone(),
         recent: Some(args.recent),
     })?;
-    let (session, messages) = match client.recv()? {
-        Response::History { session, messages } => (session, messages),
+    let (session, messages, summary) = match client.recv()? {
+        Response::History {
+            session,
+            messages,
+            summary,
+        } => (session, messages, summary),
         Response::Error { code, message } => {
             return Err(ClientError::Remote { code, message }.into());
         }
@@ -326,6 +372,7 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
     output::stdout(&snapshot(
         &session,
         &messages,
+        summary.as_deref(),
         history_mode(args.show.reasoning),
     ))?;
     let err = Style::detect_stderr();
@@ -368,8 +415,13 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
 }
 
 /// The attach snapshot: header, a note when older messages are left out,
-/// the recent messages.
-fn snapshot(session: &SessionView, messages: &[MessageView], mode: HistoryMode) -> String {
+/// the recent messages (and the summary, if the window starts among them).
+fn snapshot(
+    session: &SessionView,
+    messages: &[MessageView],
+    summary: Option<&str>,
+    mode: HistoryMode,
+) -> String {
     let mut out = session_render::header(session, now_ms(), mode.style);
     let earlier = messages.first().map_or(session.messages, |m| m.idx);
     if earlier > 0 {
@@ -385,7 +437,7 @@ fn snapshot(session: &SessionView, messages: &[MessageView], mode: HistoryMode) 
         out.push('\n');
         out.push_str(&session_render::messages(
             messages,
-            session.context_base_idx,
+            &Window::of(session, summary),
             &mode,
         ));
     }
@@ -434,14 +486,19 @@ pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
 
 pub fn history(ctx: &Ctx, args: HistoryArgs) -> Result<u8> {
     let id = resolve(ctx, &args.id)?;
-    let (session, messages) = match ctx.request(&Request::SessionHistory { id })? {
-        Response::History { session, messages } => (session, messages),
+    let (session, messages, summary) = match ctx.request(&Request::SessionHistory { id })? {
+        Response::History {
+            session,
+            messages,
+            summary,
+        } => (session, messages, summary),
         other => return Err(unexpected("session_history", &other)),
     };
     if args.json {
         let json = serde_json::to_string_pretty(&serde_json::json!({
             "session": session,
             "messages": messages,
+            "summary": summary,
         }))
         .context("cannot encode the history as JSON")?;
         output::stdout(&format!("{json}\n"))?;
@@ -453,12 +510,67 @@ pub fn history(ctx: &Ctx, args: HistoryArgs) -> Result<u8> {
         out.push('\n');
         out.push_str(&session_render::messages(
             &messages,
-            session.context_base_idx,
+            &Window::of(&session, summary.as_deref()),
             &mode,
         ));
     }
     output::stdout(&out)?;
     Ok(exit::SUCCESS)
+}
+
+pub fn reset(ctx: &Ctx, args: ResetArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    let soft = args.how.soft;
+    match ctx.request(&Request::SessionReset { id, soft })? {
+        Response::Session { session } => {
+            output::stdout(&format!("{}\n", context_render::reset_line(&session, soft)))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("session_reset", &other)),
+    }
+}
+
+pub fn set_model(ctx: &Ctx, args: ModelArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    let req = Request::SessionSetModel {
+        id,
+        model: args.model,
+    };
+    match ctx.request(&req)? {
+        Response::Session { session } => {
+            output::stdout(&context_render::model_lines(&session, ctx.style))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("session_model", &other)),
+    }
+}
+
+/// `session_compact`: streams the compaction like a run of `session_send`
+/// (Ctrl-C cancels it the same way).
+pub fn compact(ctx: &Ctx, args: CompactArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    let ctrlc = interrupt::install(
+        ctx.socket.clone(),
+        interrupt::Mode::Idle { interactive: false },
+    )?;
+    let mut view = RunView::new(run_mode(&args.show, false));
+    let mut client = ctx.connect()?;
+    ctrlc.set(interrupt::Mode::Run {
+        id: id.clone(),
+        cancel_sent: false,
+    });
+    client.send(&Request::SessionCompact { id: id.clone() })?;
+    let outcome = follow_run(&mut client, "session_compact", &id, &mut view)?;
+    Ok(compact_code(outcome, view.last_stop()))
+}
+
+/// A compaction that ended with `Done` succeeded unless its stop says it
+/// failed.
+pub fn compact_code(outcome: Outcome, stop: Option<&str>) -> u8 {
+    match (outcome, stop) {
+        (Outcome::Done, Some("compact_failed")) => exit::RUN_FAILED,
+        (outcome, _) => outcome_code(outcome),
+    }
 }
 
 #[cfg(test)]
@@ -487,6 +599,11 @@ mod tests {
         assert_eq!(outcome_code(Outcome::Done), 0);
         assert_eq!(outcome_code(Outcome::Cancelled), 5);
         assert_eq!(outcome_code(Outcome::Failed), 1);
+        assert_eq!(compact_code(Outcome::Done, Some("compacted")), 0);
+        assert_eq!(compact_code(Outcome::Done, Some("nothing_to_compact")), 0);
+        assert_eq!(compact_code(Outcome::Done, Some("compact_failed")), 1);
+        assert_eq!(compact_code(Outcome::Failed, None), 1);
+        assert_eq!(compact_code(Outcome::Cancelled, None), 5);
     }
 
     #[test]

@@ -23,15 +23,16 @@ pub const INTERRUPTED: u8 = 130;
 pub const AFTER_HELP: &str = "\
 Exit codes:
   0    success; with --wait or --watch: the plan succeeded; session_send:
-       the run finished
+       the run finished; session_compact: compacted, or nothing to compact
   1    the plan failed (with --wait or --watch), a session run ended with an
-       error, or another local error
+       error, a compaction failed, or another local error
   2    usage error: bad arguments or an invalid plan file
   3    flytod is not running or cannot be reached
   4    flytod refused the request (BadRequest, NotFound, Conflict,
        PermissionDenied, TooLarge, ProtocolMismatch, Internal), e.g. a
        session_send while a run is active
-  5    the plan (with --wait or --watch) or the session run was cancelled
+  5    the plan (with --wait or --watch), the session run or the compaction
+       was cancelled
   6    flytod is unavailable (shutting down)
   130  a second Ctrl-C quit while a run was being cancelled";
 

@@ -36,6 +36,17 @@ pub fn age(now_ms: u64, then_ms: u64) -> String {
     }
 }
 
+/// How long until `then_ms`: `in 40s`, `in 4m12s`; `now` once it has
+/// passed. Rounded up to whole seconds: a countdown to the tenth of a
+/// second is noise, and "in 0s" would read as already past.
+pub fn until(now_ms: u64, then_ms: u64) -> String {
+    match then_ms.saturating_sub(now_ms).div_ceil(1000) {
+        0 => "now".to_string(),
+        s if s < 60 => format!("in {s}s"),
+        s => format!("in {}", duration(s * 1000)),
+    }
+}
+
 /// `512 B`, `1.5 KiB`, `3.0 MiB`.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -58,6 +69,19 @@ pub fn tokens(n: u64) -> String {
         n if n < 1_000_000 => format!("{:.1}k", n as f64 / 1e3),
         n => format!("{:.1}M", n as f64 / 1e6),
     }
+}
+
+/// Exact counts with thousands separators: `950`, `18,200`, `1,234,567`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Money in US dollars: `$0`, `$0.0123`, `$12.35`.
@@ -97,6 +121,18 @@ mod tests {
     }
 
     #[test]
+    fn countdowns() {
+        let now = 10_000_000;
+        assert_eq!(until(now, now), "now");
+        assert_eq!(until(now, now - 5_000), "now");
+        assert_eq!(until(now, now + 1), "in 1s");
+        assert_eq!(until(now, now + 40_000), "in 40s");
+        assert_eq!(until(now, now + 59_001), "in 1m00s");
+        assert_eq!(until(now, now + 252_000), "in 4m12s");
+        assert_eq!(until(now, now + 251_001), "in 4m12s");
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
@@ -108,6 +144,12 @@ mod tests {
         assert_eq!(tokens(950), "950");
         assert_eq!(tokens(12_345), "12.3k");
         assert_eq!(tokens(4_500_000), "4.5M");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(950), "950");
+        assert_eq!(count(1_000), "1,000");
+        assert_eq!(count(18_200), "18,200");
+        assert_eq!(count(128_000), "128,000");
+        assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(cost(0.0), "$0");
         assert_eq!(cost(0.012_34), "$0.0123");
         assert_eq!(cost(12.345_6), "$12.35");

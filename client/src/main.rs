@@ -3,18 +3,21 @@
 //! This crate owns the CLI only: argument parsing and dispatch (this file),
 //! plan files (`plan_file`), following a plan live (`watch`, `progress`),
 //! agent sessions and `chat` (`cmd_session`, `chat`, `session_render`, with
-//! Ctrl-C handling in `interrupt`), turning daemon answers into text
+//! Ctrl-C handling in `interrupt`), context budgets and compaction breakers
+//! (`cmd_breaker`, `context_render`), turning daemon answers into text
 //! (`render`, `table`, `style`, `format`), and the exit-code contract
 //! (`exit`). The wire types, framing, handshake,
 //! socket resolution and the blocking client come from `flyto-protocol`.
 
 mod chat;
+mod cmd_breaker;
 mod cmd_daemon;
 mod cmd_plans;
 mod cmd_session;
 mod cmd_status;
 mod cmd_submit;
 mod conn;
+mod context_render;
 mod exit;
 mod format;
 mod interrupt;
@@ -102,9 +105,32 @@ enum Command {
     #[command(name = "session_list")]
     SessionList(cmd_session::ListArgs),
 
-    /// Print every message of a session
+    /// Print every message of a session, its context budget and, after a
+    /// compaction, the summary the model sees
     #[command(name = "session_history")]
     SessionHistory(cmd_session::HistoryArgs),
+
+    /// Move the start of what the model sees; history keeps every message
+    ///
+    /// --soft starts the model's window at the last user message, --hard
+    /// starts it empty. For channel-style sessions that run for months.
+    #[command(name = "session_reset")]
+    SessionReset(cmd_session::ResetArgs),
+
+    /// Switch a session's model and show its context budget under the new one
+    ///
+    /// When the context is over the new model's compaction threshold, the
+    /// session compacts at once (`session_attach` follows it).
+    #[command(name = "session_model")]
+    SessionModel(cmd_session::ModelArgs),
+
+    /// Compact a session's context now and stream how it goes
+    ///
+    /// Exits 0 when it compacted or there was nothing to compact, 1 when the
+    /// compaction failed, 4 when flytod refused (e.g. a run is active), 5
+    /// when cancelled with Ctrl-C.
+    #[command(name = "session_compact")]
+    SessionCompact(cmd_session::CompactArgs),
 
     /// Chat with a session: each line you type is a message (starts a new
     /// session unless given one)
@@ -113,10 +139,22 @@ enum Command {
     /// not a terminal there is no prompt: every input line is one message.
     Chat(chat::ChatArgs),
 
+    /// Show the compaction circuit breaker of every project
+    ///
+    /// A breaker opens after 3 failed compactions in a row in one project
+    /// (workdir); while open, sessions there do not compact. It closes by
+    /// itself after a while (RESETS), on a success, or with breaker_reset.
+    #[command(name = "breaker_status")]
+    BreakerStatus(cmd_breaker::StatusArgs),
+
+    /// Close a project's compaction breaker (every open one without PROJECT)
+    #[command(name = "breaker_reset")]
+    BreakerReset(cmd_breaker::ResetArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
-    /// Daemon counters
+    /// Daemon counters, compactions and the fullest session contexts
     Stats {
         /// Print them as pretty JSON
         #[arg(long)]
@@ -152,6 +190,11 @@ fn run(cli: Cli) -> Result<u8> {
         Command::SessionCancel { id } => cmd_session::cancel(&ctx, id),
         Command::SessionList(args) => cmd_session::list(&ctx, args),
         Command::SessionHistory(args) => cmd_session::history(&ctx, args),
+        Command::SessionReset(args) => cmd_session::reset(&ctx, args),
+        Command::SessionModel(args) => cmd_session::set_model(&ctx, args),
+        Command::SessionCompact(args) => cmd_session::compact(&ctx, args),
+        Command::BreakerStatus(args) => cmd_breaker::status(&ctx, args),
+        Command::BreakerReset(args) => cmd_breaker::reset(&ctx, args),
         Command::Chat(args) => chat::run(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
@@ -230,6 +273,39 @@ mod tests {
         let cli = parse(&["flytoctl", "session_attach", "s1"]).unwrap();
         match cli.command {
             Command::SessionAttach(args) => assert_eq!(args.recent, 20),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn context_and_breaker_arguments() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args);
+        assert!(parse(&["flytoctl", "session_reset", "s1", "--soft"]).is_ok());
+        assert!(parse(&["flytoctl", "session_reset", "s1", "--hard"]).is_ok());
+        let neither = parse(&["flytoctl", "session_reset", "s1"]).unwrap_err();
+        assert_eq!(
+            neither.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        let both = parse(&["flytoctl", "session_reset", "s1", "--soft", "--hard"]).unwrap_err();
+        assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(parse(&["flytoctl", "session_reset", "--soft"]).is_err());
+        assert!(parse(&["flytoctl", "session_model", "s1", "fast"]).is_ok());
+        assert!(parse(&["flytoctl", "session_model", "s1"]).is_err());
+        assert!(parse(&["flytoctl", "session_compact", "s1"]).is_ok());
+        assert!(parse(&["flytoctl", "session_compact", "s1", "--usage"]).is_ok());
+        assert!(parse(&["flytoctl", "session_compact"]).is_err());
+        assert!(parse(&["flytoctl", "breaker_status"]).is_ok());
+        assert!(parse(&["flytoctl", "breaker_status", "--json"]).is_ok());
+        assert!(parse(&["flytoctl", "breaker_reset"]).is_ok());
+        assert!(parse(&["flytoctl", "breaker_reset", "0123456789abcdef"]).is_ok());
+        assert!(parse(&["flytoctl", "breaker_reset", "a", "b"]).is_err());
+
+        match parse(&["flytoctl", "session_reset", "s1", "--hard"])
+            .unwrap()
+            .command
+        {
+            Command::SessionReset(args) => assert!(!args.how.soft && args.how.hard),
             other => panic!("{other:?}"),
         }
     }

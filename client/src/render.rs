@@ -1,6 +1,7 @@
 //! Daemon answers as text: the plan table with output tails, the plan list,
 //! stats and pong lines. Pure functions of their inputs (and `now_ms`).
 
+use crate::context_render;
 use crate::format::{age, bytes, cost, duration};
 use crate::style::{Style, Tone, plan_tone, step_tone};
 use crate::table::{Cell, Table};
@@ -168,19 +169,27 @@ pub fn stats(s: &DaemonStats) -> String {
         ("input tokens", s.input_tokens.to_string()),
         ("output tokens", s.output_tokens.to_string()),
         ("cost", cost(s.cost_usd)),
+        ("compactions", s.compactions.to_string()),
+        ("breakers open", s.breakers_open.to_string()),
         ("scheduler restarts", s.scheduler_restarts.to_string()),
         ("database size", bytes(s.db_bytes)),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
-    rows.iter()
+    let mut out: String = rows
+        .iter()
         .map(|(key, value)| format!("{:<width$} {value}\n", format!("{key}:")))
-        .collect()
+        .collect();
+    if !s.contexts.is_empty() {
+        out.push_str("contexts (fullest first):\n");
+        out.push_str(&context_render::stats_contexts(&s.contexts));
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flyto_protocol::StepState;
+    use flyto_protocol::{ContextView, SessionContext, StepState};
 
     fn step(id: &str, kind: &str, state: StepState) -> StepView {
         StepView {
@@ -318,5 +327,29 @@ build stderr:
         assert!(text.contains("\ncost:               $0.5000\n"), "{text}");
         assert!(text.contains("\ndraining:           no\n"), "{text}");
         assert!(text.ends_with("database size:      2.0 KiB\n"), "{text}");
+        assert!(!text.contains("contexts"), "{text}");
+
+        let text = stats(&DaemonStats {
+            compactions: 4,
+            breakers_open: 1,
+            contexts: vec![SessionContext {
+                session: "s3".into(),
+                context: ContextView {
+                    tokens: 18_200,
+                    context_window: 128_000,
+                    compact_at: 97_000,
+                    ..Default::default()
+                },
+            }],
+            ..Default::default()
+        });
+        assert!(text.contains("\ncompactions:        4\n"), "{text}");
+        assert!(text.contains("\nbreakers open:      1\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "contexts (fullest first):\n  s3: 18,200 / 97,000 tokens before compaction\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -8,7 +8,8 @@
 //! reasoning, tool calls and results, notices and the end-of-run lines on
 //! stderr.
 
-use crate::format::{age, cost, tokens};
+use crate::context_render::{context_line, summary_block};
+use crate::format::{age, cost, count, duration, tokens};
 use crate::style::{Style, Tone, session_tone};
 use crate::table::{Cell, Table};
 use flyto_protocol::{BlockView, MessageView, SessionEvent, SessionView};
@@ -99,6 +100,8 @@ pub struct RunView {
     err_open: bool,
     usage: Usage,
     model: Option<String>,
+    /// The `stop` of the last `Done` event.
+    stop: Option<String>,
     chunks: Vec<Chunk>,
 }
 
@@ -110,8 +113,15 @@ impl RunView {
             err_open: false,
             usage: Usage::default(),
             model: None,
+            stop: None,
             chunks: Vec::new(),
         }
+    }
+
+    /// Why the last run that ended with `Done` stopped (`end_turn`,
+    /// `compacted`, ...).
+    pub fn last_stop(&self) -> Option<&str> {
+        self.stop.as_deref()
     }
 
     /// The output for one event; for the event that ends a run, also how.
@@ -161,7 +171,44 @@ impl RunView {
             SessionEvent::Notice { message } => {
                 self.line(err.paint(&one_line(&format!("note: {message}")), Tone::Dim));
             }
-            SessionEvent::Done { message, .. } => {
+            SessionEvent::CompactStarted { tokens, compact_at } => {
+                let note = format!(
+                    "compacting the context ({} tokens ≥ threshold {})…",
+                    count(*tokens),
+                    count(*compact_at)
+                );
+                self.line(err.paint(&note, Tone::Dim));
+            }
+            SessionEvent::Compacted {
+                before_tokens,
+                after_tokens,
+                tier,
+                duration_ms,
+            } => {
+                let note = format!(
+                    "compacted ({}): {} → {} tokens in {}",
+                    one_line(tier),
+                    count(*before_tokens),
+                    count(*after_tokens),
+                    duration(*duration_ms)
+                );
+                self.line(err.paint(&note, Tone::Dim));
+            }
+            SessionEvent::CompactFailed {
+                message,
+                breaker_open,
+            } => {
+                let note = format!("compaction failed: {}", message.trim());
+                self.line(err.paint(&one_line(&note), Tone::Yellow));
+                if *breaker_open {
+                    self.line(err.paint(
+                        "the compaction breaker is open: `flytoctl breaker_status`, `flytoctl breaker_reset`",
+                        Tone::Yellow,
+                    ));
+                }
+            }
+            SessionEvent::Done { stop, message } => {
+                self.stop = Some(stop.clone());
                 self.close();
                 if !message.trim().is_empty() {
                     self.line(err.paint(message.trim_end(), Tone::Yellow));
@@ -342,7 +389,7 @@ pub fn minify_json(text: &str) -> String {
 }
 
 /// Control characters (newlines included) become spaces.
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
@@ -350,14 +397,14 @@ fn one_line(text: &str) -> String {
 
 /// Drops control characters other than newline and tab (escape sequences
 /// from a model must not drive the terminal).
-fn sanitize(text: &str) -> String {
+pub fn sanitize(text: &str) -> String {
     text.chars()
         .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
         .collect()
 }
 
 /// At most `max` characters, the last one `…` when cut.
-fn truncate(text: &str, max: usize) -> String {
+pub fn truncate(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
@@ -367,7 +414,8 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 /// `session s3 "work" idle · model main · 12 messages · 1.2k in / 340 out ·
-/// $0.0123 · updated 5m ago`, then the workdir, the error and the window.
+/// $0.0123 · updated 5m ago`, then the workdir, the error, the context
+/// budget and the window.
 pub fn header(s: &SessionView, now_ms: u64, style: Style) -> String {
     let mut first = format!("session {}", style.paint(&s.id, Tone::Bold));
     if let Some(name) = &s.name {
@@ -402,6 +450,8 @@ pub fn header(s: &SessionView, now_ms: u64, style: Style) -> String {
             one_line(error)
         ));
     }
+    out.push_str(&context_line(&s.context, style));
+    out.push('\n');
     if s.context_base_idx > 0 {
         let note = format!(
             "messages before [{}] are outside the model's window",
@@ -426,17 +476,53 @@ pub struct HistoryMode {
     pub result_lines: usize,
 }
 
-/// Every message as `[idx] role:` and its blocks, a blank line between
-/// messages; those before `context_base_idx` are marked.
-pub fn messages(msgs: &[MessageView], context_base_idx: u64, mode: &HistoryMode) -> String {
-    let mut out = String::new();
-    for (i, m) in msgs.iter().enumerate() {
-        if i > 0 {
-            out.push('\n');
+/// Where the model-visible window of a history starts, and the summary the
+/// model sees in place of the compacted messages before it.
+#[derive(Debug, Clone, Copy)]
+pub struct Window<'a> {
+    /// `context_base_idx`: the model sees messages from here on.
+    pub base: u64,
+    pub summary: Option<&'a str>,
+    /// The first message the summary covers.
+    pub summary_from: u64,
+}
+
+impl<'a> Window<'a> {
+    pub fn of(session: &SessionView, summary: Option<&'a str>) -> Window<'a> {
+        Window {
+            base: session.context_base_idx,
+            summary,
+            summary_from: session.context.summary_from_idx,
         }
-        out.push_str(&message(m, m.idx < context_base_idx, mode));
     }
-    out
+}
+
+/// Every message as `[idx] role:` and its blocks, a blank line between
+/// messages; those before the window are marked, and the summary stands
+/// where the window starts (when that place is among `msgs`).
+pub fn messages(msgs: &[MessageView], window: &Window<'_>, mode: &HistoryMode) -> String {
+    let mut parts: Vec<String> = Vec::with_capacity(msgs.len() + 1);
+    // Only where the window's start is in view: a snapshot of the last few
+    // messages would otherwise show it in the wrong place.
+    let mut summary = window
+        .summary
+        .filter(|_| msgs.first().is_some_and(|m| m.idx <= window.base));
+    for m in msgs {
+        if m.idx >= window.base
+            && let Some(text) = summary.take()
+        {
+            parts.push(summary_part(text, window, mode));
+        }
+        parts.push(message(m, m.idx < window.base, mode));
+    }
+    if let Some(text) = summary {
+        parts.push(summary_part(text, window, mode));
+    }
+    parts.join("\n")
+}
+
+fn summary_part(text: &str, window: &Window<'_>, mode: &HistoryMode) -> String {
+    summary_block(text, window.summary_from, window.base, mode.style, mode.tty)
 }
 
 fn message(m: &MessageView, outside: bool, mode: &HistoryMode) -> String {
@@ -789,6 +875,7 @@ mod tests {
             updated_ms: 0,
             chain: "c1".into(),
             depth: 0,
+            context: Default::default(),
         }
     }
 
@@ -858,12 +945,143 @@ Sure.
     … 2 more lines
   ⎿ error: denied
 ";
-        assert_eq!(messages(&msgs, 1, &mode), expected);
+        let window = |base| Window {
+            base,
+            summary: None,
+            summary_from: 0,
+        };
+        assert_eq!(messages(&msgs, &window(1), &mode), expected);
         let with_thinking = HistoryMode {
             reasoning: true,
             ..mode
         };
-        assert!(messages(&msgs, 0, &with_thinking).contains("[1] assistant:\nhidden\nSure.\n"));
+        assert!(
+            messages(&msgs, &window(0), &with_thinking).contains("[1] assistant:\nhidden\nSure.\n")
+        );
+    }
+
+    fn said(idx: u64, role: &str, text: &str) -> MessageView {
+        MessageView {
+            idx,
+            role: role.into(),
+            blocks: vec![BlockView::Text { text: text.into() }],
+        }
+    }
+
+    #[test]
+    fn the_summary_stands_where_the_window_starts() {
+        let mode = HistoryMode {
+            style: Style::plain(),
+            tty: false,
+            reasoning: false,
+            width: 80,
+            result_lines: 3,
+        };
+        let msgs = vec![
+            said(0, "user", "goal"),
+            said(1, "user", "old"),
+            said(2, "assistant", "older reply"),
+            said(3, "user", "now"),
+        ];
+        let window = Window {
+            base: 3,
+            summary: Some("Goal: keep /srv/a.rs\n"),
+            summary_from: 1,
+        };
+        assert_eq!(
+            messages(&msgs, &window, &mode),
+            "\
+[0] user: (outside the model's window)
+goal
+
+[1] user: (outside the model's window)
+old
+
+[2] assistant: (outside the model's window)
+older reply
+
+── summary of messages [1]..[2] (what the model sees instead of them) ──
+Goal: keep /srv/a.rs
+
+[3] user:
+now
+"
+        );
+        // A snapshot that starts after the window's start leaves it out.
+        assert!(!messages(&msgs[3..], &Window { base: 2, ..window }, &mode).contains("summary"));
+        // A snapshot that starts right at it shows it first.
+        assert!(
+            messages(&msgs[3..], &window, &mode).starts_with("── summary of messages [1]..[2]")
+        );
+        // Every message before the window: the summary comes last.
+        assert!(
+            messages(&msgs, &Window { base: 4, ..window }, &mode)
+                .ends_with("older reply\n\n[3] user: (outside the model's window)\nnow\n\n── summary of messages [1]..[3] (what the model sees instead of them) ──\nGoal: keep /srv/a.rs\n")
+        );
+    }
+
+    #[test]
+    fn compaction_events() {
+        let (out, err, end) = run(
+            Mode::pipe(),
+            &[
+                SessionEvent::RunStart { run: 2 },
+                SessionEvent::CompactStarted {
+                    tokens: 18_200,
+                    compact_at: 17_600,
+                },
+                SessionEvent::Compacted {
+                    before_tokens: 18_200,
+                    after_tokens: 3_100,
+                    tier: "summary".into(),
+                    duration_ms: 1_234,
+                },
+                SessionEvent::Done {
+                    stop: "compacted".into(),
+                    message: String::new(),
+                },
+            ],
+        );
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "compacting the context (18,200 tokens ≥ threshold 17,600)…\n\
+             compacted (summary): 18,200 → 3,100 tokens in 1.2s\n"
+        );
+        assert_eq!(end, Some(Outcome::Done));
+
+        let failed = |breaker_open| {
+            let mut view = RunView::new(Mode::terminal());
+            let (chunks, _) = view.event(&SessionEvent::CompactFailed {
+                message: "the summary call failed:\nHTTP 500".into(),
+                breaker_open,
+            });
+            let (_, end) = view.event(&SessionEvent::Done {
+                stop: "compact_failed".into(),
+                message: String::new(),
+            });
+            assert_eq!(end, Some(Outcome::Done));
+            assert_eq!(view.last_stop(), Some("compact_failed"));
+            chunks
+        };
+        assert_eq!(
+            failed(false),
+            vec![Chunk::Err(
+                "\x1b[33mcompaction failed: the summary call failed: HTTP 500\x1b[0m\n".into()
+            )]
+        );
+        assert_eq!(
+            failed(true),
+            vec![
+                Chunk::Err(
+                    "\x1b[33mcompaction failed: the summary call failed: HTTP 500\x1b[0m\n".into()
+                ),
+                Chunk::Err(
+                    "\x1b[33mthe compaction breaker is open: `flytoctl breaker_status`, `flytoctl breaker_reset`\x1b[0m\n"
+                        .into()
+                ),
+            ]
+        );
     }
 
     #[test]
@@ -874,6 +1092,7 @@ Sure.
             "session s3 \"work\" error · model main · 4 messages · 12.3k in / 678 out · $0.0123 · updated 5m ago\n\
              workdir /srv/proj\n\
              error: interrupted\n\
+             context: 0 tokens (model unknown)\n\
              messages before [1] are outside the model's window\n"
         );
         assert_eq!(

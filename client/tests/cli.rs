@@ -6,8 +6,9 @@
 
 use flyto_protocol::framing::{read_frame, write_frame};
 use flyto_protocol::{
-    BlockView, ErrorCode, Event, MessageView, PROTOCOL_VERSION, PlanState, PlanSummary, PlanView,
-    Request, Response, SessionEvent, SessionView, StepState, StepView,
+    BlockView, BreakerView, ContextView, DaemonStats, ErrorCode, Event, MessageView,
+    PROTOCOL_VERSION, PlanState, PlanSummary, PlanView, Request, Response, SessionContext,
+    SessionEvent, SessionView, StepState, StepView,
 };
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What the fake answers to one request: frames, then maybe a hang-up.
 struct Reply {
@@ -379,6 +380,7 @@ fn session_view(id: &str, status: &str) -> SessionView {
         updated_ms: 0,
         chain: "c1".into(),
         depth: 0,
+        context: Default::default(),
     }
 }
 
@@ -543,8 +545,9 @@ fn session_send_while_running_is_refused_with_exit_4() {
     );
 }
 
-/// A fake whose `session_send` streams the start of a run, then waits for a
-/// `session_cancel` (on another connection) before ending it. `sent` hears
+/// A fake whose `session_send` (or `session_compact`) streams the start of a
+/// run, then waits for a `session_cancel` (on another connection) before
+/// ending it. `sent` hears
 /// when the send arrived, `cancels` when a cancel did.
 fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>) {
     let (sent_tx, sent) = mpsc::channel();
@@ -553,7 +556,7 @@ fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>
     let cancel_tx = Mutex::new(cancel_tx);
     let gate = Arc::new((Mutex::new(false), Condvar::new()));
     let fake = fake(name, move |_, req| match req {
-        Request::SessionSend { .. } => {
+        Request::SessionSend { .. } | Request::SessionCompact { .. } => {
             sent_tx.lock().unwrap().send(()).unwrap();
             let (lock, cvar) = &*gate;
             let mut cancelled = lock.lock().unwrap();
@@ -587,10 +590,14 @@ fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>
 }
 
 fn spawn_send(fake: &Fake) -> std::process::Child {
+    spawn(fake, &["session_send", "s1", "hi"])
+}
+
+fn spawn(fake: &Fake, args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_flytoctl"))
         .arg("--socket")
         .arg(&fake.socket)
-        .args(["session_send", "s1", "hi"])
+        .args(args)
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -614,6 +621,23 @@ fn ctrl_c_cancels_the_run_and_waits_for_its_end() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "partial\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("flytoctl: cancelling s1"), "{err}");
+    assert!(
+        err.ends_with("cancelled by user; send a message to continue\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ctrl_c_cancels_a_compaction() {
+    let (fake, sent, cancels) = cancellable_fake("ctrlc-compact");
+    let child = spawn(&fake, &["session_compact", "s1"]);
+    sent.recv_timeout(Duration::from_secs(10)).unwrap();
+    interrupt(&child);
+    cancels.recv_timeout(Duration::from_secs(10)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(err.contains("flytoctl: cancelling s1"), "{err}");
     assert!(
@@ -747,6 +771,7 @@ fn sessions_new_list_history_cancel_and_names() {
                         }],
                     },
                 ],
+                summary: None,
             }])
         }
         other => panic!("unexpected {other:?}"),
@@ -800,6 +825,7 @@ fn attach_prints_the_snapshot_then_follows() {
                         text: "earlier reply".into(),
                     }],
                 }],
+                summary: None,
             }];
             frames.extend(run_frames("Done.", done()));
             reply(frames)
@@ -822,4 +848,431 @@ fn attach_prints_the_snapshot_then_follows() {
         "{}",
         text(&out.stderr)
     );
+}
+
+fn breaker(project: &str, state: &str, failures: u32, reset_at_ms: Option<u64>) -> BreakerView {
+    BreakerView {
+        project: project.into(),
+        workdir: format!("/srv/{project}"),
+        state: state.into(),
+        failures,
+        last_error: (failures > 0).then(|| format!("summary call failed:\n{}", "e".repeat(90))),
+        reset_at_ms,
+        updated_ms: 0,
+    }
+}
+
+#[test]
+fn breaker_status_shows_every_project_and_breaker_reset_closes_them() {
+    let status_calls = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::clone(&status_calls);
+    let fake = fake("breakers", move |_, req| match req {
+        // The first two answers list breakers, later ones none.
+        Request::BreakerStatus {} if calls.fetch_add(1, Ordering::SeqCst) < 2 => {
+            let in_5m = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+                + 300_000;
+            reply(vec![Response::Breakers {
+                breakers: vec![
+                    breaker("0123456789abcdef", "open", 3, Some(in_5m)),
+                    breaker("fedcba9876543210", "closed", 0, None),
+                ],
+            }])
+        }
+        Request::BreakerStatus {} => reply(vec![Response::Breakers { breakers: vec![] }]),
+        Request::BreakerReset { project: None } => reply(vec![Response::BreakersReset {
+            projects: vec!["0123456789abcdef".into(), "00000000000000aa".into()],
+        }]),
+        Request::BreakerReset {
+            project: Some(p), ..
+        } if p == "0123456789abcdef" => reply(vec![Response::BreakersReset { projects: vec![] }]),
+        Request::BreakerReset { project: Some(p) } => reply(vec![Response::error(
+            ErrorCode::NotFound,
+            format!("no project {p}: `flytoctl breaker_status` lists them"),
+        )]),
+        other => panic!("unexpected {other:?}"),
+    });
+
+    let out = flytoctl(&fake, &["breaker_status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[0].starts_with("PROJECT           STATE   FAILURES  RESETS"),
+        "{stdout}"
+    );
+    assert!(lines[0].contains("LAST ERROR"), "{stdout}");
+    assert!(lines[0].ends_with("WORKDIR"), "{stdout}");
+    // The countdown is a few milliseconds under 5 minutes by now, rounded up.
+    let (open, rest) = lines[1].split_at(44);
+    assert_eq!(
+        open, "0123456789abcdef  open    3         in 5m00s",
+        "{stdout}"
+    );
+    assert!(rest.starts_with("  summary call failed: eee"), "{stdout}");
+    assert!(lines[1].ends_with("…  /srv/0123456789abcdef"), "{stdout}");
+    assert!(
+        lines[2].starts_with("fedcba9876543210  closed  0         -         -"),
+        "{stdout}"
+    );
+
+    let out = flytoctl(&fake, &["breaker_status", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["project"], "0123456789abcdef");
+    assert_eq!(json[0]["state"], "open");
+    assert_eq!(json[0]["failures"], 3);
+    assert_eq!(json[1]["reset_at_ms"], serde_json::Value::Null);
+
+    let out = flytoctl(&fake, &["breaker_status"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: no compaction breakers recorded (all closed)\n"
+    );
+
+    let out = flytoctl(&fake, &["breaker_reset"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "closed the compaction breaker of 0123456789abcdef\n\
+         closed the compaction breaker of 00000000000000aa\n"
+    );
+
+    let out = flytoctl(&fake, &["breaker_reset", "0123456789abcdef"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "no breaker was open\n");
+
+    let out = flytoctl(&fake, &["breaker_reset", "beefbeefbeefbeef"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: NotFound: no project beefbeefbeefbeef: `flytoctl breaker_status` lists them\n"
+    );
+}
+
+fn with_context(mut session: SessionView) -> SessionView {
+    session.context = ContextView {
+        tokens: 18_200,
+        estimated: 1_300,
+        context_window: 128_000,
+        effective_window: 110_000,
+        warn_at: 90_000,
+        compact_at: 97_000,
+        compactions: 2,
+        summary_from_idx: 1,
+        has_summary: true,
+    };
+    session
+}
+
+#[test]
+fn session_reset_and_session_model() {
+    let fake = fake("reset-model", |_, req| match req {
+        Request::SessionList {} => reply(vec![Response::Sessions {
+            sessions: vec![session_view("s3", "idle")],
+        }]),
+        Request::SessionReset { id, soft } => {
+            assert_eq!(id, "s3");
+            let mut session = session_view(id, "idle");
+            session.messages = 40;
+            session.context_base_idx = if *soft { 12 } else { 40 };
+            reply(vec![Response::Session { session }])
+        }
+        Request::SessionSetModel { id, model } if model == "nosuch" => {
+            reply(vec![Response::error(
+                ErrorCode::BadRequest,
+                format!("{id}: no model profile or role `nosuch`; the config defines main, fast"),
+            )])
+        }
+        Request::SessionSetModel { id, model } => {
+            // Switching to `tiny` leaves the context over its threshold.
+            let status = if model == "tiny" { "running" } else { "idle" };
+            let mut session = with_context(session_view(id, status));
+            session.model = model.clone();
+            reply(vec![Response::Session { session }])
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+
+    let out = flytoctl(&fake, &["session_reset", "s3", "--soft"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "s3: the model now sees messages from [12] on (soft reset); history keeps all 40 messages\n"
+    );
+    // By name, like the other session commands.
+    let out = flytoctl(&fake, &["session_reset", "work", "--hard"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "s3: the model starts from an empty context (hard reset); history keeps all 40 messages\n"
+    );
+    for args in [
+        &["session_reset", "s3"][..],
+        &["session_reset", "s3", "--soft", "--hard"][..],
+    ] {
+        let out = flytoctl(&fake, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stdout), "");
+        assert!(
+            text(&out.stderr).contains("--soft"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    let context = "context: 18,200 tokens (1,300 estimated) · compacts at 97,000 · warns at 90,000 · effective window 110,000 of 128,000 · 2 compactions";
+    let out = flytoctl(&fake, &["session_model", "s3", "fast"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("s3: model fast\n{context}\n"));
+
+    let out = flytoctl(&fake, &["session_model", "s3", "tiny"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "s3: model tiny\n{context}\n\
+             the context is over the new model's compaction threshold: compacting now (follow with `flytoctl session_attach s3`)\n"
+        )
+    );
+
+    let out = flytoctl(&fake, &["session_model", "s3", "nosuch"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: BadRequest: s3: no model profile or role `nosuch`; the config defines main, fast\n"
+    );
+}
+
+/// The frames of a `session_compact` stream that ends with `Done { stop }`.
+fn compact_frames(middle: Vec<SessionEvent>, stop: &str, message: &str) -> Vec<Response> {
+    let mut events = vec![SessionEvent::RunStart { run: 2 }];
+    events.extend(middle);
+    events.push(SessionEvent::Done {
+        stop: stop.into(),
+        message: message.into(),
+    });
+    let mut frames: Vec<Response> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| session_event(i as u64 + 1, e))
+        .collect();
+    frames.push(Response::End {});
+    frames
+}
+
+#[test]
+fn session_compact_streams_and_exits_with_the_outcome() {
+    let fake = fake("compact", |_, req| match req {
+        Request::SessionCompact { id } => match id.as_str() {
+            "s1" => reply(compact_frames(
+                vec![
+                    SessionEvent::CompactStarted {
+                        tokens: 18_200,
+                        compact_at: 17_600,
+                    },
+                    SessionEvent::LlmStart {
+                        model: "fast-model".into(),
+                    },
+                    SessionEvent::LlmEnd {
+                        input_tokens: 17_000,
+                        output_tokens: 900,
+                        cache_read_tokens: 0,
+                        cache_write_tokens: 0,
+                        cost_usd: 0.01,
+                    },
+                    SessionEvent::Compacted {
+                        before_tokens: 18_200,
+                        after_tokens: 3_100,
+                        tier: "summary".into(),
+                        duration_ms: 1_200,
+                    },
+                ],
+                "compacted",
+                "",
+            )),
+            "s2" => reply(compact_frames(
+                vec![],
+                "nothing_to_compact",
+                "nothing to compact: the context is 2,000 tokens",
+            )),
+            "s3" => reply(compact_frames(
+                vec![
+                    SessionEvent::CompactStarted {
+                        tokens: 18_200,
+                        compact_at: 17_600,
+                    },
+                    SessionEvent::CompactFailed {
+                        message: "the summary call failed: HTTP 500".into(),
+                        breaker_open: true,
+                    },
+                ],
+                "compact_failed",
+                "",
+            )),
+            "s4" => reply(vec![
+                session_event(1, SessionEvent::RunStart { run: 2 }),
+                session_event(
+                    2,
+                    SessionEvent::Error {
+                        message: "the session's model is not configured".into(),
+                    },
+                ),
+                Response::End {},
+            ]),
+            _ => reply(vec![Response::error(
+                ErrorCode::Conflict,
+                format!("{id} is already running; wait for it or `flytoctl session_cancel {id}`"),
+            )]),
+        },
+        other => panic!("unexpected {other:?}"),
+    });
+
+    let out = flytoctl(&fake, &["session_compact", "s1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "compacting the context (18,200 tokens ≥ threshold 17,600)…\n\
+         compacted (summary): 18,200 → 3,100 tokens in 1.2s\n"
+    );
+    let out = flytoctl(&fake, &["session_compact", "s1", "--usage"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).ends_with("fast-model · 17.0k in · 900 out · $0.0100\n"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = flytoctl(&fake, &["session_compact", "s2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "nothing to compact: the context is 2,000 tokens\n"
+    );
+
+    let out = flytoctl(&fake, &["session_compact", "s3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "compacting the context (18,200 tokens ≥ threshold 17,600)…\n\
+         compaction failed: the summary call failed: HTTP 500\n\
+         the compaction breaker is open: `flytoctl breaker_status`, `flytoctl breaker_reset`\n"
+    );
+
+    let out = flytoctl(&fake, &["session_compact", "s4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: the session's model is not configured\n"
+    );
+
+    let out = flytoctl(&fake, &["session_compact", "s5"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: Conflict: s5 is already running; wait for it or `flytoctl session_cancel s5`\n"
+    );
+}
+
+#[test]
+fn history_shows_the_context_budget_and_the_summary() {
+    let fake = fake("summary", |_, req| match req {
+        Request::SessionHistory { id } => {
+            let mut session = with_context(session_view(id, "idle"));
+            session.context_base_idx = 2;
+            session.messages = 3;
+            let said = |idx, role: &str, text: &str| MessageView {
+                idx,
+                role: role.into(),
+                blocks: vec![BlockView::Text { text: text.into() }],
+            };
+            reply(vec![Response::History {
+                session,
+                messages: vec![
+                    said(0, "user", "keep /srv/proj/a.rs"),
+                    said(1, "assistant", "noted"),
+                    said(2, "user", "go on"),
+                ],
+                summary: Some("Goal: edit /srv/proj/a.rs\nConstraints: none".into()),
+            }])
+        }
+        Request::Stats {} => reply(vec![Response::Stats {
+            stats: DaemonStats {
+                compactions: 5,
+                breakers_open: 1,
+                contexts: vec![
+                    SessionContext {
+                        session: "s3".into(),
+                        context: with_context(session_view("s3", "idle")).context,
+                    },
+                    SessionContext {
+                        session: "s9".into(),
+                        context: ContextView {
+                            tokens: 1_200,
+                            ..Default::default()
+                        },
+                    },
+                ],
+                ..Default::default()
+            },
+        }]),
+        other => panic!("unexpected {other:?}"),
+    });
+
+    let out = flytoctl(&fake, &["session_history", "s1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "\ncontext: 18,200 tokens (1,300 estimated) · compacts at 97,000 · warns at 90,000 · effective window 110,000 of 128,000 · 2 compactions\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with(
+            "\n[1] assistant: (outside the model's window)\nnoted\n\n\
+             ── summary of message [1] (what the model sees instead of them) ──\n\
+             Goal: edit /srv/proj/a.rs\nConstraints: none\n\n\
+             [2] user:\ngo on\n"
+        ),
+        "{stdout}"
+    );
+
+    let out = flytoctl(&fake, &["session_history", "s1", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["summary"],
+        "Goal: edit /srv/proj/a.rs\nConstraints: none"
+    );
+    assert_eq!(json["session"]["context"]["compact_at"], 97_000);
+    assert_eq!(json["messages"][2]["idx"], 2);
+
+    let out = flytoctl(&fake, &["stats"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("\ncompactions:        5\n"), "{stdout}");
+    assert!(stdout.contains("\nbreakers open:      1\n"), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            "contexts (fullest first):\n\
+             \x20 s3: 18,200 / 97,000 tokens before compaction\n\
+             \x20 s9: 1,200 tokens (model unknown)\n"
+        ),
+        "{stdout}"
+    );
+    let out = flytoctl(&fake, &["stats", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["compactions"], 5);
+    assert_eq!(json["breakers_open"], 1);
+    assert_eq!(json["contexts"][0]["session"], "s3");
+    assert_eq!(json["contexts"][0]["context"]["tokens"], 18_200);
 }

@@ -13,6 +13,8 @@ mod server;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use flyto_actors::clock::OffsetClock;
+use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerActor, BreakerArgs};
 use flyto_actors::llm::LlmClient;
 use flyto_actors::plans::PlanSockets;
 use flyto_actors::plans::{
@@ -107,6 +109,30 @@ fn init_logging(level: &str) {
     }
 }
 
+/// The system clock, or (a test knob) the system clock shifted by
+/// `FLYTO_CLOCK_OFFSET_MS`, so tests can move time for the whole daemon.
+fn clock_from_env() -> anyhow::Result<Arc<dyn Clock>> {
+    const VAR: &str = "FLYTO_CLOCK_OFFSET_MS";
+    match std::env::var(VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(Arc::new(SystemClock)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!(
+                "{VAR} is not valid UTF-8: unset it, or set it to a whole number of milliseconds"
+            )
+        }
+        Ok(v) => {
+            let offset_ms: i64 = v.trim().parse().with_context(|| {
+                format!("{VAR}={v:?} is not a whole number of milliseconds (e.g. 3600000 or -60000): fix or unset it")
+            })?;
+            tracing::warn!(
+                offset_ms,
+                "{VAR} is set: this daemon's clock is shifted from the system clock (a test setting)"
+            );
+            Ok(Arc::new(OffsetClock { offset_ms }))
+        }
+    }
+}
+
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let loaded = config::load(cli.config.as_deref())?;
     init_logging(&loaded.config.daemon.log_level);
@@ -127,6 +153,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let _lock = lock::acquire(&state_dir)?;
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
 
+    // One clock for every actor, so they agree on what time it is.
+    let clock = clock_from_env()?;
     let store = Store::open(&state_dir.join("db"), config.daemon.cache_mb * 1024 * 1024)?;
     let plan_store: Arc<dyn flyto_actors::plans::PlanStore> =
         Arc::new(SledPlanStore::open(store.clone())?);
@@ -162,7 +190,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         let reader = reader.clone();
         let sockets: Arc<dyn PlanSockets> = plan_sockets.clone();
         let plan_config = plan_config.clone();
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let clock = clock.clone();
         ChildSpec {
             name: "scheduler".into(),
             start: Arc::new(move |sup| {
@@ -192,9 +220,28 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         models: RwLock::new(Arc::new(config.models())),
         tools: Registry::new(flyto_actors::tools::builtin::all(policy.clone())),
         config: RwLock::new(config.session_config(&socket_path)),
-        clock: Arc::new(SystemClock),
+        clock: clock.clone(),
         sockets: plan_sockets.clone(),
     });
+    let breaker_spec = {
+        let store = store.clone();
+        let clock = clock.clone();
+        ChildSpec {
+            name: "breaker".into(),
+            start: Arc::new(move |sup| {
+                let args = BreakerArgs {
+                    store: store.clone(),
+                    clock: clock.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) =
+                        Actor::spawn_linked(Some(BREAKER_NAME.into()), BreakerActor, args, sup)
+                            .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
     let sessions_spec = {
         let deps = session_deps.clone();
         ChildSpec {
@@ -219,7 +266,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![scheduler_spec, sessions_spec],
+            children: vec![scheduler_spec, breaker_spec, sessions_spec],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },

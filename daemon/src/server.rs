@@ -2,6 +2,7 @@
 //! the handshake, and dispatch of requests to the plan reader or the
 //! scheduler. Only this module knows about connections.
 
+use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerMsg};
 use flyto_actors::plans::{Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
 use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
 use flyto_protocol::SessionEvent;
@@ -369,6 +370,21 @@ async fn session_call<T: Send + 'static>(
     call_actor(ctx, &session_manager()?, build).await?
 }
 
+async fn breaker_call<T: Send + 'static>(
+    ctx: &Ctx,
+    build: impl FnOnce(ractor::RpcReplyPort<T>) -> BreakerMsg,
+) -> Result<T, Reject> {
+    let breaker = ractor::registry::where_is(BREAKER_NAME.into())
+        .map(ActorRef::from)
+        .ok_or_else(|| {
+            Reject::new(
+                ErrorCode::Unavailable,
+                "the compaction breaker is restarting: retry in a moment",
+            )
+        })?;
+    call_actor(ctx, &breaker, build).await
+}
+
 async fn session_actor(ctx: &Ctx, id: &str) -> Result<ActorRef<SessionMsg>, Reject> {
     let id = id.to_string();
     session_call(ctx, |reply| ManagerMsg::Get { id, reply }).await
@@ -461,9 +477,22 @@ async fn forward_events(
     sink.send(&Response::End {}).await
 }
 
+/// One request to a session actor that answers a view.
+async fn session_request(
+    ctx: &Ctx,
+    id: &str,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<flyto_protocol::SessionView, Reject>>) -> SessionMsg,
+) -> Result<Response, Reject> {
+    let actor = session_actor(ctx, id).await?;
+    let session = call_actor(ctx, &actor, build).await??;
+    Ok(Response::Session { session })
+}
+
+/// A run's events until it ends: `Some(text)` sends a message, `None`
+/// only compacts.
 async fn session_send(
     id: &str,
-    text: String,
+    text: Option<String>,
     sink: &mut Sink,
     ctx: &Ctx,
 ) -> Result<(), FrameError> {
@@ -476,9 +505,12 @@ async fn session_send(
             .await;
     }
     let sub = match session_actor(ctx, id).await {
-        Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Send { text, reply })
-            .await
-            .and_then(|r| r),
+        Ok(actor) => call_actor(ctx, &actor, |reply| match text {
+            Some(text) => SessionMsg::Send { text, reply },
+            None => SessionMsg::Compact { reply },
+        })
+        .await
+        .and_then(|r| r),
         Err(r) => Err(r),
     };
     match sub {
@@ -504,7 +536,12 @@ async fn session_attach(
     };
     match snapshot {
         Ok((session, messages, sub)) => {
-            sink.send(&Response::History { session, messages }).await?;
+            sink.send(&Response::History {
+                session,
+                messages,
+                summary: None,
+            })
+            .await?;
             forward_events(id, sub, false, sink).await
         }
         Err(r) => sink.error(r.code, r.message).await,
@@ -587,7 +624,10 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         })
         .await
         .map(|session| Response::Session { session }),
-        Request::SessionSend { id, text } => return session_send(&id, text, sink, ctx).await,
+        Request::SessionSend { id, text } => {
+            return session_send(&id, Some(text), sink, ctx).await;
+        }
+        Request::SessionCompact { id } => return session_send(&id, None, sink, ctx).await,
         Request::SessionAttach { id, recent } => {
             return session_attach(&id, recent.unwrap_or(20), sink, ctx).await;
         }
@@ -598,7 +638,26 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         Request::SessionHistory { id } => {
             session_call(ctx, |reply| ManagerMsg::History { id, reply })
                 .await
-                .map(|(session, messages)| Response::History { session, messages })
+                .map(|(session, messages, summary)| Response::History {
+                    session,
+                    messages,
+                    summary,
+                })
+        }
+        Request::SessionReset { id, soft } => {
+            session_request(ctx, &id, |reply| SessionMsg::Reset { soft, reply }).await
+        }
+        Request::SessionSetModel { id, model } => {
+            session_request(ctx, &id, |reply| SessionMsg::SetModel { model, reply }).await
+        }
+        Request::BreakerStatus {} => breaker_call(ctx, |reply| BreakerMsg::Status { reply })
+            .await
+            .map(|breakers| Response::Breakers { breakers }),
+        Request::BreakerReset { project } => {
+            breaker_call(ctx, |reply| BreakerMsg::Reset { project, reply })
+                .await
+                .and_then(|reset| reset)
+                .map(|projects| Response::BreakersReset { projects })
         }
     };
     match answer {
@@ -612,6 +671,10 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
     let t = session_call(ctx, |reply| ManagerMsg::Totals { reply })
         .await
         .unwrap_or_default();
+    let breakers_open = breaker_call(ctx, |reply| BreakerMsg::Status { reply })
+        .await
+        .map(|b| b.iter().filter(|v| v.state == "open").count() as u64)
+        .unwrap_or(0);
     Ok(Response::Stats {
         stats: DaemonStats {
             daemon_version: DAEMON_VERSION.into(),
@@ -632,6 +695,9 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             input_tokens: t.usage.input_tokens,
             output_tokens: t.usage.output_tokens,
             cost_usd: t.cost_usd,
+            breakers_open,
+            compactions: t.compactions,
+            contexts: t.contexts,
         },
     })
 }

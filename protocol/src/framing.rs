@@ -264,6 +264,20 @@ mod tests {
             Request::SessionCancel { id: "s1".into() },
             Request::SessionList {},
             Request::SessionHistory { id: "s1".into() },
+            Request::SessionReset {
+                id: "s1".into(),
+                soft: true,
+            },
+            Request::SessionSetModel {
+                id: "s1".into(),
+                model: "fast".into(),
+            },
+            Request::SessionCompact { id: "s1".into() },
+            Request::BreakerStatus {},
+            Request::BreakerReset {
+                project: Some("0123456789abcdef".into()),
+            },
+            Request::BreakerReset { project: None },
         ];
         let session = SessionView {
             id: "s1".into(),
@@ -281,6 +295,17 @@ mod tests {
             updated_ms: 2,
             chain: "s1".into(),
             depth: 0,
+            context: ContextView {
+                tokens: 5,
+                estimated: 2,
+                context_window: 100,
+                effective_window: 90,
+                warn_at: 70,
+                compact_at: 77,
+                compactions: 1,
+                summary_from_idx: 2,
+                has_summary: true,
+            },
         };
         let session_events = vec![
             SessionEvent::RunStart { run: 1 },
@@ -315,6 +340,20 @@ mod tests {
             SessionEvent::Error {
                 message: "e".into(),
             },
+            SessionEvent::CompactStarted {
+                tokens: 9,
+                compact_at: 8,
+            },
+            SessionEvent::Compacted {
+                before_tokens: 9,
+                after_tokens: 3,
+                tier: "summary".into(),
+                duration_ms: 4,
+            },
+            SessionEvent::CompactFailed {
+                message: "m".into(),
+                breaker_open: true,
+            },
             SessionEvent::Done {
                 stop: "end_turn".into(),
                 message: "m".into(),
@@ -331,7 +370,27 @@ mod tests {
                 uptime_ms: 2,
             },
             Response::Stats {
-                stats: DaemonStats::default(),
+                stats: DaemonStats {
+                    contexts: vec![SessionContext {
+                        session: "s1".into(),
+                        context: ContextView::default(),
+                    }],
+                    ..DaemonStats::default()
+                },
+            },
+            Response::Breakers {
+                breakers: vec![BreakerView {
+                    project: "0123456789abcdef".into(),
+                    workdir: "/w".into(),
+                    state: "open".into(),
+                    failures: 3,
+                    last_error: Some("e".into()),
+                    reset_at_ms: Some(7),
+                    updated_ms: 6,
+                }],
+            },
+            Response::BreakersReset {
+                projects: vec!["0123456789abcdef".into()],
             },
             Response::PlanSubmitted {
                 id: "p1".into(),
@@ -386,6 +445,7 @@ mod tests {
                         },
                     ],
                 }],
+                summary: Some("s".into()),
             },
         ];
         let mut responses = responses;

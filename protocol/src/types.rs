@@ -61,6 +61,29 @@ pub enum Request {
     SessionHistory {
         id: String,
     },
+    /// Moves the model-visible window without deleting anything: `soft`
+    /// starts it at the last user message, hard (`soft = false`) starts it
+    /// empty. History keeps every message.
+    SessionReset {
+        id: String,
+        soft: bool,
+    },
+    /// Switches the session's model (a profile or a role) and re-checks
+    /// the context against the new window at once.
+    SessionSetModel {
+        id: String,
+        model: String,
+    },
+    /// Compacts the session now; streams the compaction's events, then `End`.
+    SessionCompact {
+        id: String,
+    },
+    /// The compaction circuit breaker of every project.
+    BreakerStatus {},
+    /// Closes the breaker of one project (its 16-hex id), or of all.
+    BreakerReset {
+        project: Option<String>,
+    },
 }
 
 impl Request {
@@ -81,6 +104,11 @@ impl Request {
             Request::SessionCancel { .. } => "session_cancel",
             Request::SessionList {} => "session_list",
             Request::SessionHistory { .. } => "session_history",
+            Request::SessionReset { .. } => "session_reset",
+            Request::SessionSetModel { .. } => "session_set_model",
+            Request::SessionCompact { .. } => "session_compact",
+            Request::BreakerStatus {} => "breaker_status",
+            Request::BreakerReset { .. } => "breaker_reset",
         }
     }
 }
@@ -129,6 +157,15 @@ pub enum Response {
     History {
         session: SessionView,
         messages: Vec<MessageView>,
+        /// The summary the model sees in place of the compacted messages.
+        summary: Option<String>,
+    },
+    Breakers {
+        breakers: Vec<BreakerView>,
+    },
+    /// The projects whose breaker was closed.
+    BreakersReset {
+        projects: Vec<String>,
     },
     End {},
     Error {
@@ -212,6 +249,26 @@ pub enum SessionEvent {
     Error {
         message: String,
     },
+    /// The context passed the compaction threshold; compaction begins.
+    CompactStarted {
+        tokens: u64,
+        compact_at: u64,
+    },
+    /// The model-visible window was compacted. `tier`: `trim` (old tool
+    /// output shortened), `summary`, `summary_dropped` (oldest groups
+    /// left out), `summary_chunked`.
+    Compacted {
+        before_tokens: u64,
+        after_tokens: u64,
+        tier: String,
+        duration_ms: u64,
+    },
+    /// Compaction failed; `breaker_open` when this opened (or met an open)
+    /// circuit breaker.
+    CompactFailed {
+        message: String,
+        breaker_open: bool,
+    },
     /// The run ended; `message` says why and how to continue.
     Done {
         stop: String,
@@ -250,6 +307,40 @@ pub struct SessionView {
     pub updated_ms: u64,
     pub chain: String,
     pub depth: u32,
+    pub context: ContextView,
+}
+
+/// A session's context budget. `tokens` = the last provider-reported usage
+/// + an estimate of what came after (`estimated` of them).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ContextView {
+    pub tokens: u64,
+    pub estimated: u64,
+    /// The model's context window; 0 when the session's model is unknown.
+    pub context_window: u64,
+    /// Window − min(max output, 20 K).
+    pub effective_window: u64,
+    pub warn_at: u64,
+    pub compact_at: u64,
+    pub compactions: u64,
+    /// Messages before this index are in the summary (with a protected head).
+    pub summary_from_idx: u64,
+    pub has_summary: bool,
+}
+
+/// One project's compaction circuit breaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BreakerView {
+    /// sha256 of the workdir, 16 hex characters.
+    pub project: String,
+    pub workdir: String,
+    /// `closed` or `open`.
+    pub state: String,
+    pub failures: u32,
+    pub last_error: Option<String>,
+    /// When an open breaker closes by itself (ms since the epoch).
+    pub reset_at_ms: Option<u64>,
+    pub updated_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -477,4 +568,14 @@ pub struct DaemonStats {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
+    pub compactions: u64,
+    pub breakers_open: u64,
+    /// Live sessions' context budgets, fullest first (at most 10).
+    pub contexts: Vec<SessionContext>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SessionContext {
+    pub session: String,
+    pub context: ContextView,
 }

@@ -167,6 +167,22 @@ impl Reply {
         }
     }
 
+    /// HTTP 400 saying the prompt is longer than the model's context.
+    pub fn prompt_too_long() -> Reply {
+        Reply {
+            kind: Kind::Status {
+                code: 400,
+                retry_after: None,
+                body: json!({"error": {
+                    "message": "This model's maximum context length is 4096 tokens. However, your messages resulted in 9000 tokens.",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded"
+                }})
+                .to_string(),
+            },
+        }
+    }
+
     /// Reads the request and never answers; the connection stays open until
     /// the client hangs up.
     pub fn hang() -> Reply {

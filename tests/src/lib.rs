@@ -78,6 +78,7 @@ pub struct TestEnv {
     pub work: PathBuf,
 }
 
+#[derive(Debug)]
 pub struct CtlOutput {
     pub code: i32,
     pub stdout: String,

@@ -200,7 +200,9 @@ pub fn history(env: &TestEnv, id: &str) -> (SessionView, Vec<MessageView>) {
         .call(&Request::SessionHistory { id: id.into() })
         .expect("session_history")
     {
-        Response::History { session, messages } => (session, messages),
+        Response::History {
+            session, messages, ..
+        } => (session, messages),
         other => panic!("unexpected answer to session_history: {other:?}"),
     }
 }

@@ -613,7 +613,9 @@ fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
         })
         .expect("attach");
     match watcher.recv().expect("snapshot") {
-        Response::History { session, messages } => {
+        Response::History {
+            session, messages, ..
+        } => {
             assert_eq!(session.id, id);
             let texts: Vec<String> = messages.iter().map(message_text).collect();
             assert_eq!(texts, ["one", "first answer"], "{messages:#?}");

@@ -39,7 +39,23 @@ pub enum SessionMsg {
     View {
         reply: RpcReplyPort<SessionView>,
     },
-    RunFinished(run::Finished),
+    /// Moves the window start (soft: to the last user message; hard: to
+    /// the end). History keeps everything.
+    Reset {
+        soft: bool,
+        reply: RpcReplyPort<Result<SessionView, Reject>>,
+    },
+    /// Switches the model; compacts at once when the context is over the
+    /// new model's threshold.
+    SetModel {
+        model: String,
+        reply: RpcReplyPort<Result<SessionView, Reject>>,
+    },
+    /// Starts a run that only compacts the window.
+    Compact {
+        reply: RpcReplyPort<Result<Subscription, Reject>>,
+    },
+    RunFinished(Box<run::Finished>),
     IdleCheck,
     /// Shutdown: no new runs; a running one gets `grace`, then is
     /// cancelled. Answers once no run is left.
@@ -164,6 +180,20 @@ impl Actor for SessionActor {
             SessionMsg::View { reply } => {
                 let _ = reply.send(state.view());
             }
+            SessionMsg::Reset { soft, reply } => {
+                let answer = state.reset(soft);
+                state.reply_when_durable(reply, answer);
+            }
+            SessionMsg::SetModel { model, reply } => {
+                let answer = state.set_model(model, &myself);
+                state.reply_when_durable(reply, answer);
+            }
+            SessionMsg::Compact { reply } => {
+                let answer = state
+                    .idle_check()
+                    .map(|()| state.begin(run::Mode::Compact, &myself));
+                let _ = reply.send(answer);
+            }
             SessionMsg::Drain { grace, reply } => {
                 if state.run.is_none() {
                     let _ = reply.send(());
@@ -231,14 +261,98 @@ impl SessionState {
     }
 
     fn view(&self) -> SessionView {
-        self.rec.view(self.run.is_some())
+        self.rec
+            .view(self.run.is_some(), self.deps.budget(&self.rec.model))
     }
 
-    fn start(
+    /// Answers once what the answer reports is durable.
+    fn reply_when_durable<T: Send + 'static>(
+        &self,
+        reply: RpcReplyPort<Result<T, Reject>>,
+        answer: Result<T, Reject>,
+    ) {
+        match answer {
+            Ok(v) => self.deps.store.after_sync(Box::new(move |synced| {
+                let _ = reply.send(synced.map(|_| v).map_err(|e| {
+                    Reject::new(
+                        ErrorCode::Internal,
+                        format!("cannot store the session: {e}"),
+                    )
+                }));
+            })),
+            Err(r) => {
+                let _ = reply.send(Err(r));
+            }
+        }
+    }
+
+    fn save(&mut self) -> Result<(), Reject> {
+        self.rec.updated_ms = self.deps.clock.now_ms();
+        self.deps
+            .store
+            .save(&self.rec, &[], false)
+            .map_err(Reject::internal)
+    }
+
+    fn reset(&mut self, soft: bool) -> Result<SessionView, Reject> {
+        self.idle_check()?;
+        let base = if soft {
+            let from = self.rec.context_base_idx.min(self.rec.next_idx);
+            let mut last_user = self.last_user_turn(from)?;
+            if last_user.is_none() && from > 0 {
+                last_user = self.last_user_turn(0)?;
+            }
+            last_user.unwrap_or(self.rec.next_idx)
+        } else {
+            self.rec.next_idx
+        };
+        let visible: Vec<Message> = self
+            .deps
+            .store
+            .messages(self.rec.id, base)
+            .map_err(Reject::internal)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        let fixed = run::fixed_tokens(&self.deps, &self.rec.workdir, self.deps.clock.now_ms());
+        self.rec.context = self.rec.context.reset(fixed, &visible);
+        self.rec.context_base_idx = base;
+        self.save()?;
+        Ok(self.view())
+    }
+
+    fn last_user_turn(&self, from: u64) -> Result<Option<u64>, Reject> {
+        Ok(self
+            .deps
+            .store
+            .messages(self.rec.id, from)
+            .map_err(Reject::internal)?
+            .into_iter()
+            .rev()
+            .find(|(_, m)| crate::compaction::window::is_user_turn(m))
+            .map(|(i, _)| i))
+    }
+
+    fn set_model(
         &mut self,
-        text: String,
+        model: String,
         myself: &ActorRef<SessionMsg>,
-    ) -> Result<Subscription, Reject> {
+    ) -> Result<SessionView, Reject> {
+        self.idle_check()?;
+        let route = super::route_for(&self.deps.models(), &model)
+            .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
+        self.rec.model = model;
+        self.save()?;
+        let budget = crate::compaction::Budget::for_profile(&route.primary.profile);
+        if self.rec.context.tokens() >= budget.compact_at {
+            // Re-checked at once: the next message must not overflow.
+            self.begin(run::Mode::Compact, myself);
+        }
+        Ok(self.view())
+    }
+
+    /// Refuses while draining or running.
+    fn idle_check(&self) -> Result<(), Reject> {
         if self.draining.is_some() {
             return Err(Reject::new(
                 ErrorCode::Unavailable,
@@ -255,6 +369,15 @@ impl SessionState {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn start(
+        &mut self,
+        text: String,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<Subscription, Reject> {
+        self.idle_check()?;
         if text.trim().is_empty() {
             return Err(Reject::new(
                 ErrorCode::BadRequest,
@@ -268,10 +391,24 @@ impl SessionState {
         self.rec.error = None;
         self.rec.next_idx += 1;
         self.rec.updated_ms = self.deps.clock.now_ms();
+        let message = Message::user_text(text);
+        super::context::count_appended(&mut self.rec, std::slice::from_ref(&message));
         self.deps
             .store
-            .save(&self.rec, &[Message::user_text(text)], false)
+            .save(&self.rec, &[message], false)
             .map_err(Reject::internal)?;
+        Ok(self.begin(run::Mode::Chat, myself))
+    }
+
+    /// Starts a run task; the record is already saved as it should start.
+    fn begin(&mut self, mode: run::Mode, myself: &ActorRef<SessionMsg>) -> Subscription {
+        if mode == run::Mode::Compact {
+            self.rec.status = SessionStatus::Running;
+            self.rec.error = None;
+            if let Err(e) = self.save() {
+                tracing::warn!(session = %format_id(self.rec.id), "cannot mark the session running: {}", e.message);
+            }
+        }
         let sub = Subscription {
             rx: self.emitter().tx.subscribe(),
         };
@@ -282,10 +419,10 @@ impl SessionState {
         let emit = self.emitter().clone();
         let me = myself.clone();
         tokio::spawn(async move {
-            let finished = run::run(deps, rec, cancel, emit).await;
-            let _ = me.cast(SessionMsg::RunFinished(finished));
+            let finished = run::run(deps, rec, cancel, emit, mode).await;
+            let _ = me.cast(SessionMsg::RunFinished(Box::new(finished)));
         });
-        Ok(sub)
+        sub
     }
 }
 

@@ -42,7 +42,7 @@ pub enum ManagerMsg {
     },
     History {
         id: String,
-        reply: RpcReplyPort<Result<(SessionView, Vec<MessageView>), Reject>>,
+        reply: RpcReplyPort<Result<History, Reject>>,
     },
     Totals {
         reply: RpcReplyPort<Result<SessionTotals, Reject>>,
@@ -57,8 +57,17 @@ pub enum ManagerMsg {
     Trim,
 }
 
+/// A session, every message, and the summary the model sees.
+pub type History = (SessionView, Vec<MessageView>, Option<String>);
+
+/// Sessions listed in `stats` by how full their context is.
+const STATS_CONTEXTS: usize = 10;
+
 #[derive(Debug, Clone, Default)]
 pub struct SessionTotals {
+    pub compactions: u64,
+    /// The fullest contexts, relative to their compaction threshold.
+    pub contexts: Vec<flyto_protocol::SessionContext>,
     pub sessions: u64,
     pub running: u64,
     /// Session actors alive right now.
@@ -170,8 +179,14 @@ impl Actor for SessionManager {
                     .store
                     .list()
                     .map(|all| {
+                        let models = state.deps.models();
                         all.iter()
-                            .map(|r| r.view(r.status == SessionStatus::Running))
+                            .map(|r| {
+                                r.view(
+                                    r.status == SessionStatus::Running,
+                                    super::context::budget(&models, &r.model),
+                                )
+                            })
                             .collect()
                     })
                     .map_err(Reject::internal);
@@ -210,11 +225,29 @@ impl Actor for SessionManager {
                             live: state.live.len() as u64,
                             ..SessionTotals::default()
                         };
+                        let models = state.deps.models();
+                        let mut fill = Vec::new();
                         for r in &all {
                             t.usage.add(&r.usage);
                             t.cost_usd += r.cost_usd;
                             t.running += u64::from(r.status == SessionStatus::Running);
+                            t.compactions += r.context.compactions;
+                            let budget = super::context::budget(&models, &r.model);
+                            let ratio = budget.map_or(0.0, |b| {
+                                r.context.tokens() as f64 / b.compact_at.max(1) as f64
+                            });
+                            fill.push((ratio, r));
                         }
+                        fill.sort_by(|a, b| b.0.total_cmp(&a.0));
+                        t.contexts = fill
+                            .into_iter()
+                            .take(STATS_CONTEXTS)
+                            .filter(|(_, r)| r.context.tokens() > 0)
+                            .map(|(_, r)| flyto_protocol::SessionContext {
+                                session: format_id(r.id),
+                                context: r.context_view(super::context::budget(&models, &r.model)),
+                            })
+                            .collect();
                         t
                     })
                     .map_err(Reject::internal);
@@ -327,13 +360,14 @@ impl ManagerState {
             runs: 0,
             chain,
             depth,
+            context: Default::default(),
         };
         self.deps
             .store
             .save(&rec, &[], true)
             .map_err(Reject::internal)?;
         self.next_id += 1;
-        Ok(rec.view(false))
+        Ok(rec.view(false, self.deps.budget(&rec.model)))
     }
 
     async fn get(
@@ -363,7 +397,7 @@ impl ManagerState {
         Ok(actor)
     }
 
-    fn history(&self, id: &str) -> Result<(SessionView, Vec<MessageView>), Reject> {
+    fn history(&self, id: &str) -> Result<History, Reject> {
         let n = parse_id(id).ok_or_else(|| not_found(id))?;
         let rec = self
             .deps
@@ -380,6 +414,11 @@ impl ManagerState {
             .map(|(i, m)| message_view(*i, m))
             .collect();
         let running = self.live.contains_key(&n) && rec.status == SessionStatus::Running;
-        Ok((rec.view(running), messages))
+        let summary = rec.context.summary_message(rec.context_base_idx);
+        Ok((
+            rec.view(running, self.deps.budget(&rec.model)),
+            messages,
+            summary,
+        ))
     }
 }

@@ -14,6 +14,7 @@
 //! It never sees a connection; the daemon translates requests.
 
 pub mod actor;
+pub mod context;
 pub mod manager;
 pub mod model;
 pub mod normalize;
@@ -79,6 +80,10 @@ pub struct SessionDeps {
 impl SessionDeps {
     pub fn config(&self) -> SessionConfig {
         self.config.read().map(|c| c.clone()).unwrap_or_default()
+    }
+    /// The context budget of a session's model, None when it is unknown.
+    pub fn budget(&self, model: &str) -> Option<crate::compaction::Budget> {
+        context::budget(&self.models(), model)
     }
     pub fn models(&self) -> Arc<Models> {
         self.models

@@ -1,11 +1,15 @@
 //! Session and message records as stored, and how they look to clients.
 
+use crate::compaction::{Budget, ContextState};
 use crate::llm::{Block, Message, Role, Usage};
 use flyto_protocol::{BlockView, MessageView, SessionView};
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-pub const SESSION_FORMAT_VERSION: u32 = 1;
+/// 2: the compaction state (`context`).
+pub const SESSION_FORMAT_VERSION: u32 = 2;
+/// Messages have their own version: their shape did not change with 2.
+pub const MESSAGE_FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionStatus {
@@ -34,6 +38,52 @@ pub struct SessionRecord {
     pub runs: u64,
     pub chain: String,
     pub depth: u32,
+    /// Token count, summary and trimming of the model-visible window.
+    pub context: ContextState,
+}
+
+/// A session record as format 1 wrote it (before compaction).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecordV1 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub workdir: String,
+    pub model: String,
+    pub status: SessionStatus,
+    pub error: Option<String>,
+    pub next_idx: u64,
+    pub context_base_idx: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub runs: u64,
+    pub chain: String,
+    pub depth: u32,
+}
+
+impl From<SessionRecordV1> for SessionRecord {
+    /// The window is counted afresh at the next run.
+    fn from(v1: SessionRecordV1) -> SessionRecord {
+        SessionRecord {
+            id: v1.id,
+            name: v1.name,
+            workdir: v1.workdir,
+            model: v1.model,
+            status: v1.status,
+            error: v1.error,
+            next_idx: v1.next_idx,
+            context_base_idx: v1.context_base_idx,
+            usage: v1.usage,
+            cost_usd: v1.cost_usd,
+            created_ms: v1.created_ms,
+            updated_ms: v1.updated_ms,
+            runs: v1.runs,
+            chain: v1.chain,
+            depth: v1.depth,
+            context: ContextState::default(),
+        }
+    }
 }
 
 /// Session ids are `s<number>`.
@@ -46,7 +96,24 @@ pub fn parse_id(s: &str) -> Option<u64> {
 }
 
 impl SessionRecord {
-    pub fn view(&self, running: bool) -> SessionView {
+    /// The context budget under `budget` (None when the model is unknown).
+    pub fn context_view(&self, budget: Option<Budget>) -> flyto_protocol::ContextView {
+        let c = &self.context;
+        let mut v =
+            budget.map_or_else(Default::default, |b| b.view(c.tokens(), c.estimated_tokens));
+        v.tokens = c.tokens();
+        v.estimated = c.estimated_tokens;
+        v.compactions = c.compactions;
+        v.has_summary = c.summary.is_some();
+        v.summary_from_idx = if c.summary.is_some() {
+            c.head_end_idx
+        } else {
+            self.context_base_idx
+        };
+        v
+    }
+
+    pub fn view(&self, running: bool, budget: Option<Budget>) -> SessionView {
         SessionView {
             id: format_id(self.id),
             name: self.name.clone(),
@@ -67,6 +134,7 @@ impl SessionRecord {
             updated_ms: self.updated_ms,
             chain: self.chain.clone(),
             depth: self.depth,
+            context: self.context_view(budget),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! always saying how to continue.
 
 use super::SessionDeps;
+use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
 use super::normalize::normalize;
 use super::orchestrator::{OrchestratorEvent, run_calls};
@@ -80,15 +81,24 @@ enum Stop {
     Failed(String),
 }
 
+/// What a run does: answer the user (the agent loop), or only compact
+/// the window (`session_compact`, or a model switch to a smaller window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Chat,
+    Compact,
+}
+
 pub async fn run(
     deps: Arc<SessionDeps>,
     mut rec: SessionRecord,
     cancel: CancellationToken,
     emit: Emitter,
+    mode: Mode,
 ) -> Finished {
     rec.runs += 1;
     emit.emit(SessionEvent::RunStart { run: rec.runs });
-    let stop = match drive(&deps, &mut rec, &cancel, &emit).await {
+    let stop = match drive(&deps, &mut rec, &cancel, &emit, mode).await {
         Ok(stop) => stop,
         Err(e) => Stop::Failed(e),
     };
@@ -121,6 +131,27 @@ pub async fn run(
     deps.store
         .after_sync(Box::new(move |_| emitter.emit(final_event)));
     Finished { record: rec }
+}
+
+fn tool_specs(deps: &SessionDeps) -> Vec<ToolSpec> {
+    deps.tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name().into(),
+            description: t.description().into(),
+            input_schema_json: t.input_schema().into(),
+        })
+        .collect()
+}
+
+/// Tokens every request spends before the first message: the system
+/// prompt and the tool schemas.
+pub fn fixed_tokens(deps: &SessionDeps, workdir: &str, now_ms: u64) -> u64 {
+    crate::compaction::estimate::request_tokens(
+        &system_prompt(workdir, now_ms),
+        &tool_specs(deps),
+        &[],
+    )
 }
 
 fn system_prompt(workdir: &str, now_ms: u64) -> String {
@@ -156,6 +187,7 @@ fn append(
 ) -> Result<(), String> {
     rec.next_idx += messages.len() as u64;
     rec.updated_ms = deps.clock.now_ms();
+    context::count_appended(rec, &messages);
     deps.store
         .save(rec, &messages, false)
         .map_err(|e| format!("cannot save the transcript: {e}"))?;
@@ -168,26 +200,13 @@ async fn drive(
     rec: &mut SessionRecord,
     cancel: &CancellationToken,
     emit: &Emitter,
+    mode: Mode,
 ) -> Result<Stop, String> {
     let config = deps.config();
     let models = deps.models();
     let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
-    let mut window: Vec<Message> = deps
-        .store
-        .messages(rec.id, rec.context_base_idx)
-        .map_err(|e| format!("cannot load the transcript: {e}"))?
-        .into_iter()
-        .map(|(_, m)| m)
-        .collect();
-    let tools: Vec<ToolSpec> = deps
-        .tools
-        .iter()
-        .map(|t| ToolSpec {
-            name: t.name().into(),
-            description: t.description().into(),
-            input_schema_json: t.input_schema().into(),
-        })
-        .collect();
+    let mut window: Vec<Message> = context::load_window(deps, rec)?;
+    let tools = tool_specs(deps);
     let workdir = std::fs::canonicalize(&rec.workdir).map_err(|e| {
         format!(
             "the session workdir {} is not usable ({e}): create it or start a new session",
@@ -213,11 +232,59 @@ async fn drive(
         cancel: cancel.child_token(),
     };
     let system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
+    let workdir_text = workdir.display().to_string();
+    let check = Check {
+        deps,
+        route: &route,
+        workdir: &workdir_text,
+        fixed_tokens: crate::compaction::estimate::request_tokens(&system, &tools, &[]),
+        cancel,
+        emit,
+    };
+    let mut warned = false;
+    if mode == Mode::Compact {
+        let before = rec.context.compactions;
+        return Ok(match check.run(rec, true, &mut warned).await {
+            Checked::Cancelled => Stop::Cancelled,
+            Checked::Nothing => Stop::Done {
+                stop: "nothing_to_compact",
+                message: "nothing to compact: the recent turns are all the window holds".into(),
+            },
+            Checked::Stop { stop, message } => Stop::Done { stop, message },
+            Checked::Go { compacted: true } => Stop::Done {
+                stop: "compacted",
+                message: format!(
+                    "the window was compacted ({} compaction{} so far); history keeps every message",
+                    rec.context.compactions.max(before),
+                    if rec.context.compactions == 1 {
+                        ""
+                    } else {
+                        "s"
+                    }
+                ),
+            },
+            Checked::Go { compacted: false } | Checked::GoWithout => Stop::Done {
+                stop: "compact_failed",
+                message: "the window was not compacted; see the message above".into(),
+            },
+        });
+    }
+    // A provider that finds the prompt too long gets one compaction and
+    // a second try per run.
+    let mut forced = false;
     let mut run_cost = 0.0;
     let mut continuations = 0;
     let mut stalled = 0;
     let mut repeats: HashMap<(String, String, String), u32> = HashMap::new();
+    let mut force = false;
     for _ in 0..config.max_iterations.max(1) {
+        match check.run(rec, force, &mut warned).await {
+            Checked::Go { compacted: true } => window = context::load_window(deps, rec)?,
+            Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}
+            Checked::Cancelled => return Ok(Stop::Cancelled),
+            Checked::Stop { stop, message } => return Ok(Stop::Done { stop, message }),
+        }
+        force = false;
         let (messages, _report) = normalize(window.clone());
         let request = ChatRequest {
             system: system.clone(),
@@ -231,6 +298,11 @@ async fn drive(
         let response = match stream_one(deps, &route, request, cancel, emit).await {
             StreamOutcome::Done(a) => *a,
             StreamOutcome::Cancelled => return Ok(Stop::Cancelled),
+            StreamOutcome::Failed(LlmError::PromptTooLong { .. }) if !forced => {
+                forced = true;
+                force = true;
+                continue;
+            }
             StreamOutcome::Failed(e) => return Ok(Stop::Failed(e.to_string())),
         };
         let usage = response.usage.unwrap_or_default();
@@ -246,6 +318,7 @@ async fn drive(
         });
         let new_text = !response.text.trim().is_empty();
         append(deps, rec, &mut window, vec![response.to_message()])?;
+        context::count_usage(rec, &usage);
 
         if response.tool_calls.is_empty() {
             match response.stop_reason {

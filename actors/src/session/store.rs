@@ -4,9 +4,13 @@
 //! `r<id>` session record · `m<id><idx>` message (append-only) · `n` next
 //! id. Ids and indexes are big-endian so keys sort numerically.
 
-use super::model::{SESSION_FORMAT_VERSION, SessionRecord};
+use super::model::{
+    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1,
+};
 use crate::llm::Message;
-use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
+use crate::store::{
+    AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
+};
 
 pub trait SessionStore: Send + Sync + 'static {
     fn next_id(&self) -> Result<u64, StoreError>;
@@ -22,7 +26,16 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Every session, oldest first.
     fn list(&self) -> Result<Vec<SessionRecord>, StoreError>;
     /// Messages with index >= `from`, oldest first, with their indexes.
-    fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError>;
+    fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError> {
+        self.messages_range(id, from, u64::MAX)
+    }
+    /// Messages with `from <= index < to`.
+    fn messages_range(
+        &self,
+        id: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, Message)>, StoreError>;
     fn after_sync(&self, then: AfterSync);
 }
 
@@ -60,6 +73,13 @@ fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {
     Err(format!("no migration from session format {found}"))
 }
 
+fn migrate_record(found: u32, body: &[u8]) -> Result<SessionRecord, String> {
+    match found {
+        1 => decode_body::<SessionRecordV1>(body).map(SessionRecord::from),
+        other => no_migration(other, body),
+    }
+}
+
 impl SessionStore for SledSessionStore {
     fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self
@@ -85,7 +105,7 @@ impl SessionStore for SledSessionStore {
         for (i, m) in messages.iter().enumerate() {
             batch.insert(
                 message_key(record.id, first + i as u64),
-                encode_record(SESSION_FORMAT_VERSION, m),
+                encode_record(MESSAGE_FORMAT_VERSION, m),
             );
         }
         if new {
@@ -100,7 +120,7 @@ impl SessionStore for SledSessionStore {
                 "session record",
                 &bytes,
                 SESSION_FORMAT_VERSION,
-                no_migration,
+                migrate_record,
             )?)),
             None => Ok(None),
         }
@@ -114,15 +134,27 @@ impl SessionStore for SledSessionStore {
                 "session record",
                 &v,
                 SESSION_FORMAT_VERSION,
-                no_migration,
+                migrate_record,
             )?);
         }
         Ok(out)
     }
 
-    fn messages(&self, id: u64, from: u64) -> Result<Vec<(u64, Message)>, StoreError> {
+    fn messages_range(
+        &self,
+        id: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, Message)>, StoreError> {
         let mut out = Vec::new();
-        let end = message_prefix(id + 1);
+        if from >= to {
+            return Ok(out);
+        }
+        let end = if to == u64::MAX {
+            message_prefix(id + 1)
+        } else {
+            message_key(id, to)
+        };
         for kv in self
             .store
             .range(&self.tree, &message_key(id, from), &end, false)
@@ -135,7 +167,7 @@ impl SessionStore for SledSessionStore {
                 .unwrap_or(0);
             out.push((
                 idx,
-                decode_record("session message", &v, SESSION_FORMAT_VERSION, no_migration)?,
+                decode_record("session message", &v, MESSAGE_FORMAT_VERSION, no_migration)?,
             ));
         }
         Ok(out)
