@@ -323,7 +323,8 @@ pub struct ContextView {
     pub warn_at: u64,
     pub compact_at: u64,
     pub compactions: u64,
-    /// Messages before this index are in the summary (with a protected head).
+    /// The first message the summary covers (the protected head before it
+    /// stays visible); `context_base_idx` when there is no summary.
     pub summary_from_idx: u64,
     pub has_summary: bool,
 }
@@ -334,7 +335,8 @@ pub struct BreakerView {
     /// sha256 of the workdir, 16 hex characters.
     pub project: String,
     pub workdir: String,
-    /// `closed` or `open`.
+    /// `closed`, `open`, or `half_open` (5 minutes after opening: the next
+    /// compaction is a trial; a failure reopens it).
     pub state: String,
     pub failures: u32,
     pub last_error: Option<String>,

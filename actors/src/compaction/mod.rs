@@ -95,9 +95,13 @@ pub enum CompactError {
     #[error("the summary call failed: {0}")]
     Llm(LlmError),
     #[error(
-        "the compaction did not shrink the context ({before} → {after} tokens); the session keeps its window"
+        "the compaction did not shrink the context below the compaction threshold ({before} → {after} tokens, threshold {threshold}); the session keeps its window"
     )]
-    NoShrink { before: u64, after: u64 },
+    NoShrink {
+        before: u64,
+        after: u64,
+        threshold: u64,
+    },
 }
 
 impl CompactError {
@@ -239,8 +243,14 @@ pub async fn summary_step(
         .cloned()
         .collect();
     let after = input.fixed_tokens + messages_tokens(&state.window(tail_start, &head, &tail));
-    if after >= before {
-        return Err(CompactError::NoShrink { before, after });
+    // Not under the threshold means compacting again at the next call:
+    // a loop that burns money. It counts as a failure.
+    if after >= before || after >= input.budget.compact_at {
+        return Err(CompactError::NoShrink {
+            before,
+            after,
+            threshold: input.budget.compact_at,
+        });
     }
     Ok(Applied {
         state: ContextState {

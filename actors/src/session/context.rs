@@ -88,6 +88,15 @@ impl Summarizer for LlmSummarizer<'_> {
     }
 }
 
+/// What a run remembers between budget checks.
+#[derive(Debug, Default)]
+pub struct RunFlags {
+    /// The warning was shown.
+    pub warned: bool,
+    /// A compaction failed.
+    pub failed: bool,
+}
+
 /// What the loop does after a budget check.
 pub enum Checked {
     /// Under the threshold, or compacted: go on (reload the window if so).
@@ -120,9 +129,15 @@ impl Check<'_> {
     /// Checks the budget before a provider call; compacts past the
     /// threshold, or always when `force` (a manual compaction or a
     /// provider that said the prompt is too long).
-    pub async fn run(&self, rec: &mut SessionRecord, force: bool, warned: &mut bool) -> Checked {
+    pub async fn run(&self, rec: &mut SessionRecord, force: bool, run: &mut RunFlags) -> Checked {
         let budget = Budget::for_profile(&self.route.primary.profile);
         let tokens = rec.context.tokens();
+        let warned = &mut run.warned;
+        // One failed compaction per run is enough while the context fits:
+        // trying again before every call would burn money.
+        if !force && run.failed && tokens < budget.effective {
+            return Checked::GoWithout;
+        }
         if !force && tokens < budget.compact_at {
             if tokens >= budget.warn_at && !*warned {
                 *warned = true;
@@ -214,6 +229,7 @@ impl Check<'_> {
                         open_message(&project, failures, &last_error, reset_at_ms)
                     );
                 }
+                run.failed = true;
                 self.failed(rec, tokens, budget, message, open)
             }
         }

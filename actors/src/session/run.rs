@@ -241,10 +241,10 @@ async fn drive(
         cancel,
         emit,
     };
-    let mut warned = false;
+    let mut flags = context::RunFlags::default();
     if mode == Mode::Compact {
         let before = rec.context.compactions;
-        return Ok(match check.run(rec, true, &mut warned).await {
+        return Ok(match check.run(rec, true, &mut flags).await {
             Checked::Cancelled => Stop::Cancelled,
             Checked::Nothing => Stop::Done {
                 stop: "nothing_to_compact",
@@ -278,7 +278,7 @@ async fn drive(
     let mut repeats: HashMap<(String, String, String), u32> = HashMap::new();
     let mut force = false;
     for _ in 0..config.max_iterations.max(1) {
-        match check.run(rec, force, &mut warned).await {
+        match check.run(rec, force, &mut flags).await {
             Checked::Go { compacted: true } => window = context::load_window(deps, rec)?,
             Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}
             Checked::Cancelled => return Ok(Stop::Cancelled),
