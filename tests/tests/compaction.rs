@@ -424,3 +424,47 @@ fn switching_to_a_smaller_model_compacts_at_once_and_session_compact_works() {
         "{out:?}"
     );
 }
+
+#[test]
+fn old_tool_output_is_shortened_only_under_pressure_and_first() {
+    let s = setup(128_000);
+    s.main.push(vec![
+        Reply::tool_call("c1", "read", r#"{"path":"big.log"}"#).usage(1_500, 20),
+        Reply::text("Read it.").usage(3_000, 20),
+    ]);
+    send_logged(&s.env, &s.daemon, &s.id, "Read big.log.");
+    s.main.push(vec![Reply::text("Ok.").usage(9_000, 20)]);
+    send_logged(
+        &s.env,
+        &s.daemon,
+        &s.id,
+        &"Here is a long note. ".repeat(1_000),
+    );
+    // Under the threshold the tool result went out whole (a stable prefix).
+    let before = s.main.requests().last().unwrap().clone();
+    let full = request_tool_result(&before, "c1");
+    assert!(full.len() > 10_000 && !full.contains("[flyto: cut"));
+    // Past it, the cheap step alone is enough: no summary call.
+    s.main.push(vec![Reply::text("Fine.").usage(6_000, 10)]);
+    let events = send_logged(&s.env, &s.daemon, &s.id, "Go on.");
+    assert_eq!(
+        compacted(&events).expect("compacted").0,
+        "trim",
+        "{events:#?}"
+    );
+    assert_eq!(s.fast.request_count(), 0);
+    let after = s.main.requests().last().unwrap().clone();
+    let short = request_tool_result(&after, "c1");
+    assert!(
+        short.contains("[flyto: cut") && short.contains("message #2"),
+        "{short}"
+    );
+    s.main.assert_protocol_ok();
+    // The transcript keeps the whole output.
+    let (_, messages) = history(&s.env, &s.id);
+    let kept = messages[2].blocks.iter().find_map(|b| match b {
+        flyto_tests::flyto_protocol::BlockView::ToolResult { content, .. } => Some(content.clone()),
+        _ => None,
+    });
+    assert_eq!(kept.as_deref(), Some(full.as_str()));
+}

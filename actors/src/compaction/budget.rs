@@ -39,7 +39,14 @@ impl Budget {
 
     /// Room for the protected tail of a summary compaction.
     pub fn tail_tokens(&self) -> u64 {
-        self.effective / 4
+        self.effective / 8
+    }
+
+    /// Where the cheap step alone must bring the context to count: well
+    /// below the threshold, or it would fire again a few turns later and
+    /// rewrite the prompt (and its provider cache) each time.
+    pub fn trim_target(&self) -> u64 {
+        self.compact_at * 3 / 4
     }
 
     /// Room for the protected head (system + first exchange).

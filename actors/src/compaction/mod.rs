@@ -147,14 +147,14 @@ impl Input<'_> {
 }
 
 /// The cheap step: shorten old tool output. `Some` when that alone brings
-/// the context down to the warning threshold.
+/// the context well below the threshold (`Budget::trim_target`).
 pub fn trim_step(input: &Input<'_>) -> Option<Applied> {
     let before = input.state.tokens();
     let from = input.state.trim_below_idx;
     let to = input.untouched_from().max(from);
     let saved = window::trim_savings(input.visible, from, to);
     let after = before.saturating_sub(saved);
-    if saved == 0 || after > input.budget.warn_at {
+    if saved == 0 || after > input.budget.trim_target() {
         return None;
     }
     Some(Applied {

@@ -272,7 +272,7 @@ fn the_cheap_step_alone_when_it_is_enough() {
     let budget = Budget::new(state.tokens() + 3_000, 1_000);
     let applied = trim_step(&input(&state, &visible, budget)).expect("trim is enough");
     assert_eq!(applied.tier, "trim");
-    assert!(applied.after <= budget.warn_at);
+    assert!(applied.after <= budget.trim_target());
     let window = applied.state.window(0, &[], &visible);
     assert_every_call_answered(&window);
     let text = format!("{window:?}");

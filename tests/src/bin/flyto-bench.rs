@@ -1,5 +1,5 @@
 //! flyto-bench: control-plane and agent-session benchmarks against the
-//! real release `flytod`.
+//! real release `flytod`, and the compaction policy's cost, in process.
 //!
 //! It prints figures next to a baseline measured in the same run, and the
 //! ratio to the target; it asserts nothing (exit 0 unless setup fails).
@@ -8,6 +8,7 @@
 //! cargo build --release --workspace --bins
 //! cargo run --release -p flyto-tests --bin flyto-bench -- control-plane
 //! cargo run --release -p flyto-tests --bin flyto-bench -- sessions
+//! cargo run --release -p flyto-tests --bin flyto-bench -- compaction
 //! ```
 
 // Bench code: a panic is how a setup step fails, with its message.
@@ -26,6 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+#[path = "../bench/compaction.rs"]
+mod compaction;
 #[path = "../bench/sessions.rs"]
 mod sessions;
 #[path = "../bench/stream_server.rs"]
@@ -38,10 +41,10 @@ const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: r
 #[derive(Parser)]
 #[command(
     name = "flyto-bench",
-    about = "Control-plane and session benchmarks of flytod, each next to a baseline measured in the same run.",
+    about = "Control-plane, session and compaction benchmarks of flytod, each next to a baseline measured in the same run.",
     after_help = "Needs the release flytod and flytoctl next to this binary: run \
 `cargo build --release --workspace --bins` first, then \
-`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, or `all`).\n\
+`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, or `all`).\n\
 Prints figures, baselines and ratios to the targets (one grep-able line each); \
 asserts nothing. Exit 0, or 1 if setup fails."
 )]
@@ -77,6 +80,12 @@ struct Cli {
     /// sessions: stored idle sessions for the idle RSS figure.
     #[arg(long, global = true, default_value_t = 10_000)]
     sessions: usize,
+    /// compaction: scripted turns of the cost figure.
+    #[arg(long, global = true, default_value_t = 2_000)]
+    turns: usize,
+    /// compaction: timed compaction decisions on the 1,000-message session.
+    #[arg(long, global = true, default_value_t = 200)]
+    decisions: usize,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -90,7 +99,11 @@ enum Bench {
     /// reader, peak RSS under concurrent runs, cancel latency, idle RSS per
     /// stored session.
     Sessions,
-    /// Every benchmark: control-plane, then sessions.
+    /// Compaction, in process: provider calls and tokens of keeping a
+    /// 2,000-turn session under its window against a naive summarise-all
+    /// policy, and the time of one compaction decision on 1,000 messages.
+    Compaction,
+    /// Every benchmark: control-plane, sessions, then compaction.
     All,
     /// Only the plan_status latency part of control-plane.
     PlanStatus,
@@ -120,9 +133,11 @@ fn main() -> std::process::ExitCode {
         }
         Bench::ControlPlane => check_binaries().and_then(|()| control_plane(&cli)),
         Bench::Sessions => check_binaries().and_then(|()| sessions::run(&sessions_args(&cli))),
+        Bench::Compaction => compaction::run(&compaction_args(&cli)),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
-            .and_then(|()| sessions::run(&sessions_args(&cli))),
+            .and_then(|()| sessions::run(&sessions_args(&cli)))
+            .and_then(|()| compaction::run(&compaction_args(&cli))),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
             plan_status_latency(&cli)
@@ -152,6 +167,13 @@ fn sessions_args(cli: &Cli) -> sessions::Args {
         interval: Duration::from_millis(cli.delta_interval_ms),
         cancels: cli.cancels,
         sessions: cli.sessions,
+    }
+}
+
+fn compaction_args(cli: &Cli) -> compaction::Args {
+    compaction::Args {
+        turns: cli.turns,
+        decisions: cli.decisions,
     }
 }
 
