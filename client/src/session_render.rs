@@ -172,8 +172,10 @@ impl RunView {
                 self.line(err.paint(&one_line(&format!("note: {message}")), Tone::Dim));
             }
             SessionEvent::CompactStarted { tokens, compact_at } => {
+                // A manual compaction may start below the threshold.
+                let relation = if tokens >= compact_at { "≥" } else { "<" };
                 let note = format!(
-                    "compacting the context ({} tokens ≥ threshold {})…",
+                    "compacting the context ({} tokens {relation} threshold {})…",
                     count(*tokens),
                     count(*compact_at)
                 );

@@ -203,7 +203,7 @@ impl Check<'_> {
             }
             Err(CompactError::Nothing) if force && tokens < budget.effective => {
                 self.emit.emit(SessionEvent::Notice {
-                    message: CompactError::Nothing.to_string(),
+                    message: "nothing to summarise yet: the window holds only the first exchange and the latest turns".into(),
                 });
                 Checked::Nothing
             }
