@@ -105,12 +105,14 @@ pub enum CompactError {
 }
 
 impl CompactError {
-    /// Rate limits and overloads say nothing about this session: they do
-    /// not count towards opening the breaker.
+    /// Rate limits and overloads say nothing about this session, and
+    /// finding nothing to summarise cost no call: neither counts towards
+    /// opening the breaker.
     pub fn counts_as_failure(&self) -> bool {
         !matches!(
             self,
-            CompactError::Llm(LlmError::RateLimited { .. } | LlmError::Overloaded { .. })
+            CompactError::Nothing
+                | CompactError::Llm(LlmError::RateLimited { .. } | LlmError::Overloaded { .. })
         )
     }
 }
@@ -219,8 +221,7 @@ pub async fn summary_step(
         .rev()
         .find(|(_, m)| window::is_user_turn(m))
         .filter(|(i, _)| *i >= head_end && *i < tail_start)
-        .map(|(_, m)| summary::render_transcript(&[(0, m.clone())]))
-        .map(|t| t.trim_start_matches("[#0 user] ").trim_end().to_string());
+        .map(|(_, m)| summary::user_text(m));
     let pins = summary::merge_pins(&input.state.pinned, summary::pin_candidates(&middle));
     let written = summary::summarize(model, input.state.summary.as_deref(), &middle)
         .await

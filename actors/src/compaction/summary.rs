@@ -73,36 +73,52 @@ pub struct Summary {
 pub fn render_transcript(msgs: &[(u64, Message)]) -> String {
     let mut out = String::new();
     for (idx, m) in msgs {
-        let who = match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        for b in &m.content {
-            match b {
-                Block::Text { text } => out.push_str(&format!("[#{idx} {who}] {text}\n")),
-                Block::Thinking { .. } => {}
-                Block::ToolUse {
-                    name,
-                    arguments_json,
-                    ..
-                } => out.push_str(&format!(
-                    "[#{idx} tool call {name}] {}\n",
-                    clip(arguments_json)
-                )),
-                Block::ToolResult {
-                    content, is_error, ..
-                } => {
-                    let tag = if *is_error {
-                        "tool error"
-                    } else {
-                        "tool result"
-                    };
-                    out.push_str(&format!("[#{idx} {tag}] {}\n", clip(content)));
-                }
+        render_message(*idx, m, &mut out);
+    }
+    out
+}
+
+fn render_message(idx: u64, m: &Message, out: &mut String) {
+    let who = match m.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    for b in &m.content {
+        match b {
+            Block::Text { text } => out.push_str(&format!("[#{idx} {who}] {text}\n")),
+            Block::Thinking { .. } => {}
+            Block::ToolUse {
+                name,
+                arguments_json,
+                ..
+            } => out.push_str(&format!(
+                "[#{idx} tool call {name}] {}\n",
+                clip(arguments_json)
+            )),
+            Block::ToolResult {
+                content, is_error, ..
+            } => {
+                let tag = if *is_error {
+                    "tool error"
+                } else {
+                    "tool result"
+                };
+                out.push_str(&format!("[#{idx} {tag}] {}\n", clip(content)));
             }
         }
     }
-    out
+}
+
+/// The text a user typed in a message, blocks joined.
+pub fn user_text(m: &Message) -> String {
+    m.content
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn clip(s: &str) -> String {
@@ -276,8 +292,11 @@ pub async fn summarize(
 fn chunk(msgs: &[(u64, Message)], budget: u64) -> Vec<Vec<(u64, Message)>> {
     let mut out: Vec<Vec<(u64, Message)>> = vec![Vec::new()];
     let mut used = 0;
+    let mut rendered = String::new();
     for (i, m) in msgs {
-        let cost = text_tokens(&render_transcript(std::slice::from_ref(&(*i, m.clone()))));
+        rendered.clear();
+        render_message(*i, m, &mut rendered);
+        let cost = text_tokens(&rendered);
         if used + cost > budget && out.last().is_some_and(|c| !c.is_empty()) {
             out.push(Vec::new());
             used = 0;

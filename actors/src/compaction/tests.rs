@@ -291,5 +291,6 @@ async fn when_the_recent_turns_fill_everything_there_is_nothing_to_summarise() {
         .await
         .unwrap_err();
     assert!(matches!(err, CompactError::Nothing));
+    assert!(!err.counts_as_failure());
     assert!(model.prompts().is_empty());
 }

@@ -157,7 +157,7 @@ impl Check<'_> {
         let started = Instant::now();
         let (head, visible) = match load_parts(self.deps, rec) {
             Ok(p) => p,
-            Err(e) => return self.failed(rec, tokens, budget, e, false),
+            Err(e) => return self.failed(tokens, budget, e, false),
         };
         let input = Input {
             budget,
@@ -178,11 +178,11 @@ impl Check<'_> {
         } = breaker::check(&project).await
         {
             let message = open_message(&project, failures, &last_error, reset_at_ms);
-            return self.failed(rec, tokens, budget, message, true);
+            return self.failed(tokens, budget, message, true);
         }
         let fast = match self.deps.models().route("fast") {
             Ok(r) => r,
-            Err(e) => return self.failed(rec, tokens, budget, e.to_string(), false),
+            Err(e) => return self.failed(tokens, budget, e.to_string(), false),
         };
         let summarizer = LlmSummarizer {
             llm: &self.deps.llm,
@@ -208,7 +208,7 @@ impl Check<'_> {
                 Checked::Nothing
             }
             Err(e) => {
-                let outcome = if e.counts_as_failure() && !matches!(e, CompactError::Nothing) {
+                let outcome = if e.counts_as_failure() {
                     Outcome::Failure {
                         error: e.to_string(),
                     }
@@ -230,7 +230,7 @@ impl Check<'_> {
                     );
                 }
                 run.failed = true;
-                self.failed(rec, tokens, budget, message, open)
+                self.failed(tokens, budget, message, open)
             }
         }
     }
@@ -254,14 +254,7 @@ impl Check<'_> {
         Checked::Go { compacted: true }
     }
 
-    fn failed(
-        &self,
-        _rec: &SessionRecord,
-        tokens: u64,
-        budget: Budget,
-        message: String,
-        breaker_open: bool,
-    ) -> Checked {
+    fn failed(&self, tokens: u64, budget: Budget, message: String, breaker_open: bool) -> Checked {
         self.emit.emit(SessionEvent::CompactFailed {
             message: message.clone(),
             breaker_open,
