@@ -25,6 +25,10 @@
 //! [`Log::mark_legacy`]; the next group then checkpoints instead of only
 //! syncing the WAL, which is what every sync cost before the WAL existed.
 //!
+//! Continuations that arrive while a group is being committed run right
+//! after it, before the apply, when what they wait for is already durable
+//! (see `Writer::answer_late`): a reply does not wait for sled.
+//!
 //! Within a group, a key written several times is written to sled once.
 //! After a group the thread polls for the next one for 50 µs before it
 //! sleeps (see [`POLL_AFTER_GROUP`]).
@@ -296,6 +300,7 @@ impl Committer {
             last_checkpoint: Instant::now(),
             checkpoint_every,
             last_group: None,
+            carried: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("flyto-commit".into())
@@ -351,6 +356,15 @@ impl Drop for Committer {
     }
 }
 
+/// Runs one continuation. A panicking continuation must not take the
+/// commit thread (and every later write) down with it.
+fn run_continuation(then: AfterSync, result: Result<(), Arc<StoreError>>) {
+    let run = std::panic::AssertUnwindSafe(move || then(result));
+    if std::panic::catch_unwind(run).is_err() {
+        tracing::error!("an after-sync continuation panicked");
+    }
+}
+
 /// The commit thread's own state: only it writes the WAL and applies
 /// logged records to sled.
 struct Writer {
@@ -370,6 +384,8 @@ struct Writer {
     checkpoint_every: Duration,
     /// When the last group was done (`None` after an idle wait).
     last_group: Option<Instant>,
+    /// Messages taken early that go with the next group.
+    carried: Vec<Msg>,
 }
 
 impl Writer {
@@ -382,23 +398,26 @@ impl Writer {
             } else {
                 self.checkpoint_every
             };
-            let polled = self.poll(&rx);
-            match polled.map_or_else(|| rx.recv_timeout(wait), Ok) {
-                Ok(first) => {
-                    let mut group = vec![first];
-                    group.extend(rx.try_iter());
-                    self.group(group);
-                    self.last_group = Some(Instant::now());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // Writes nobody waits for (the TTL sweep's) are made
-                    // durable and applied within a period too.
-                    if !lock(&self.log.pending).buf.is_empty() {
-                        self.group(Vec::new());
+            let mut group = std::mem::take(&mut self.carried);
+            if group.is_empty() {
+                let polled = self.poll(&rx);
+                match polled.map_or_else(|| rx.recv_timeout(wait), Ok) {
+                    Ok(first) => group.push(first),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        // Writes nobody waits for (the TTL sweep's) are made
+                        // durable and applied within a period too.
+                        if !lock(&self.log.pending).buf.is_empty() {
+                            self.group(Vec::new(), &rx);
+                        }
+                        self.last_group = None;
                     }
-                    self.last_group = None;
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if !group.is_empty() {
+                group.extend(rx.try_iter());
+                self.group(group, &rx);
+                self.last_group = Some(Instant::now());
             }
             let due = self
                 .due_in()
@@ -436,7 +455,7 @@ impl Writer {
         })
     }
 
-    fn group(&mut self, group: Vec<Msg>) {
+    fn group(&mut self, group: Vec<Msg>, rx: &mpsc::Receiver<Msg>) {
         let result = match self.log.failure() {
             Some(e) => Err(e),
             None => self.commit(),
@@ -444,17 +463,12 @@ impl Writer {
         let mut waiters = Vec::new();
         for msg in group {
             match msg {
-                Msg::After(then) => {
-                    // A panicking continuation must not take the commit
-                    // thread (and every later write) down with it.
-                    let r = result.clone();
-                    let run = std::panic::AssertUnwindSafe(move || then(r));
-                    if std::panic::catch_unwind(run).is_err() {
-                        tracing::error!("an after-sync continuation panicked");
-                    }
-                }
+                Msg::After(then) => run_continuation(then, result.clone()),
                 Msg::Checkpoint(tx) => waiters.push(tx),
             }
+        }
+        if result.is_ok() {
+            self.answer_late(rx);
         }
         // Off the acknowledgement path: the overlay serves reads until sled
         // has the records. (After an error the store has failed: nothing
@@ -476,6 +490,39 @@ impl Writer {
             };
             for tx in waiters {
                 let _ = tx.send(done.clone());
+            }
+        }
+    }
+
+    /// Answers, before the group is applied to sled, the messages that
+    /// came while it was being committed, if what they wait for is durable
+    /// already: a writer that appends and then queues two continuations
+    /// (publish, reply) gets both run after one commit, not the second
+    /// after the apply. The others wait for the next group.
+    ///
+    /// A message is queued after its writer's append, so if the pending
+    /// buffer is empty once the message is received, that append was taken
+    /// by a commit that has succeeded (only this thread takes it).
+    fn answer_late(&mut self, rx: &mpsc::Receiver<Msg>) {
+        // Bounded, so a stream of continuations cannot hold up the apply.
+        for _ in 0..4 {
+            let late: Vec<Msg> = rx.try_iter().collect();
+            if late.is_empty() {
+                return;
+            }
+            let legacy = self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced;
+            let durable =
+                !legacy && self.log.failure().is_none() && lock(&self.log.pending).buf.is_empty();
+            if !durable {
+                self.carried.extend(late);
+                return;
+            }
+            for msg in late {
+                match msg {
+                    Msg::After(then) => run_continuation(then, Ok(())),
+                    // It checkpoints after the apply: next group.
+                    msg @ Msg::Checkpoint(_) => self.carried.push(msg),
+                }
             }
         }
     }

@@ -459,3 +459,53 @@ fn a_panicking_continuation_does_not_stop_later_commits() {
     store.sync_blocking().unwrap();
     assert_eq!(get(&store, "t", "b"), Some(b"2".to_vec()));
 }
+
+#[test]
+fn every_continuation_runs_after_its_write_is_in_the_log() {
+    // Writers that queue two continuations per write, as the scheduler
+    // does (publish, reply): the second often arrives while the group is
+    // being committed and is answered before the apply. Each continuation
+    // checks that its write is already in the log file.
+    use std::io::Read;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let store = open_no_checkpoint(&dir);
+    let wal_path = dir.join(WAL_FILE);
+    let missing = Arc::new(Mutex::new(Vec::new()));
+    let ran = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        for w in 0..6 {
+            let (store, wal_path) = (store.clone(), wal_path.clone());
+            let (missing, ran) = (missing.clone(), ran.clone());
+            s.spawn(move || {
+                for i in 0..40 {
+                    let value = format!("<value {w}-{i}>");
+                    put(&store, "t", &format!("k{w}-{i}"), value.as_bytes());
+                    for _ in 0..2 {
+                        let (value, wal_path) = (value.clone(), wal_path.clone());
+                        let (missing, ran) = (missing.clone(), ran.clone());
+                        store.after_sync(Box::new(move |r| {
+                            r.unwrap();
+                            let mut head = vec![0u8; 256 * 1024];
+                            let mut f = std::fs::File::open(&wal_path).unwrap();
+                            f.read_exact(&mut head).unwrap();
+                            if !head.windows(value.len()).any(|win| win == value.as_bytes()) {
+                                missing.lock().unwrap().push(value);
+                            }
+                            ran.fetch_add(1, Ordering::SeqCst);
+                        }));
+                    }
+                }
+                wait_durable(&store);
+            });
+        }
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 6 * 40 * 2);
+    let missing = missing.lock().unwrap();
+    assert!(
+        missing.is_empty(),
+        "continuations ran before their write was in the log: {missing:?}"
+    );
+}

@@ -754,9 +754,12 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
             verdict(ratio >= target)
         );
         println!(
-            "submit_plan {clients} client{plural} detail: latency p50 {} p99 {}, {n} acks, {pending} plans pending at the start, flytod CPU {} per ack",
+            "submit_plan {clients} client{plural} detail: latency p50 {} p90 {} p99 {} p99.9 {} mean {}, {n} acks, {pending} plans pending at the start, flytod CPU {} per ack",
             us(percentile(&lat, 0.5)),
+            us(percentile(&lat, 0.9)),
             us(percentile(&lat, 0.99)),
+            us(percentile(&lat, 0.999)),
+            us(lat.iter().sum::<u64>() / (lat.len().max(1) as u64)),
             us(cpu / n.max(1)),
         );
     }
