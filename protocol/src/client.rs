@@ -3,6 +3,7 @@
 use crate::PROTOCOL_VERSION;
 use crate::framing::{FrameError, read_frame, write_frame};
 use crate::types::{ErrorCode, Request, Response};
+use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +29,9 @@ pub enum ClientError {
 }
 
 pub struct Client {
-    stream: UnixStream,
+    /// Reads through a buffer: a frame's header and payload usually come
+    /// in one `read` instead of two. Writes go to the stream itself.
+    stream: BufReader<UnixStream>,
     daemon_version: String,
 }
 
@@ -51,7 +54,7 @@ impl Client {
             },
         })?;
         let mut client = Client {
-            stream,
+            stream: BufReader::new(stream),
             daemon_version: String::new(),
         };
         let hello = Request::Hello {
@@ -70,7 +73,7 @@ impl Client {
     }
 
     pub fn send(&mut self, req: &Request) -> Result<(), ClientError> {
-        write_frame(&mut self.stream, req)?;
+        write_frame(self.stream.get_mut(), req)?;
         Ok(())
     }
 
@@ -91,10 +94,56 @@ impl Client {
 
     /// Bounds how long `recv` waits; `None` waits forever.
     pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
-        self.stream.set_read_timeout(limit)
+        self.stream.get_ref().set_read_timeout(limit)
     }
+}
 
-    pub fn into_stream(self) -> UnixStream {
-        self.stream
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::{frame, read_frame_bytes};
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn frames_that_arrive_together_are_read_one_by_one() {
+        let dir = std::env::temp_dir().join(format!("flyto-client-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            read_frame_bytes(&mut s).unwrap().unwrap();
+            // The welcome and two more answers in one write: the client's
+            // buffer holds all three after its first read.
+            let mut bytes = frame(&Response::Welcome {
+                protocol: PROTOCOL_VERSION,
+                daemon_version: "test".into(),
+            })
+            .unwrap();
+            for pid in [1, 2] {
+                bytes.extend(
+                    frame(&Response::Pong {
+                        daemon_version: "test".into(),
+                        pid,
+                        uptime_ms: 0,
+                    })
+                    .unwrap(),
+                );
+            }
+            s.write_all(&bytes).unwrap();
+        });
+        let mut client = Client::connect(&path).unwrap();
+        assert_eq!(client.daemon_version(), "test");
+        for want in [1, 2] {
+            match client.recv().unwrap() {
+                Response::Pong { pid, .. } => assert_eq!(pid, want),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(matches!(client.recv(), Err(ClientError::Closed)));
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -552,14 +552,15 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
     );
     let echo_path = env.tmp.path().join("echo.sock");
     let echo_server = EchoServer::spawn(&echo_path, resp_frame.len() - 4)?;
-    let mut echo = UnixStream::connect(&echo_path)?;
+    // Read through a buffer, as flyto_protocol::Client does.
+    let mut echo = std::io::BufReader::new(UnixStream::connect(&echo_path)?);
 
     let mut status_call = || match client.call(&req)? {
         Response::Plan { .. } => Ok(()),
         other => bail!("unexpected answer to plan_status: {other:?}"),
     };
     let mut echo_call = || {
-        echo.write_all(&req_frame)?;
+        echo.get_mut().write_all(&req_frame)?;
         let got = framing::read_frame_bytes(&mut echo)?.context("echo server closed")?;
         if got.len() + 4 != resp_frame.len() {
             bail!("echo answered {} bytes", got.len());
