@@ -410,6 +410,21 @@ fn cpu_ns(pid: i32) -> u64 {
         .sum()
 }
 
+/// CPU time (user + system) this process has used, including threads that
+/// have exited.
+fn own_cpu_ns() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return 0;
+        }
+        usage.assume_init()
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
 /// Times `n` calls of `f` after `warmup` untimed ones; sorted nanoseconds.
 fn time_calls(
     warmup: usize,
@@ -736,9 +751,11 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
     for clients in [1usize, cli.clients] {
         let pending = stats(&mut env.client())?.plans_pending;
         let cpu = cpu_ns(daemon.pid());
+        let own = own_cpu_ns();
         let (n, rate, lat) = submit_rate(&env, clients, cli.secs)?;
         let cpu = cpu_ns(daemon.pid()).saturating_sub(cpu);
-        cases.push((clients, n, rate, lat, pending, cpu));
+        let own = own_cpu_ns().saturating_sub(own);
+        cases.push((clients, n, rate, lat, pending, cpu, own));
     }
     let (syncs_after, rate_after) = fdatasync_rate(env.tmp.path(), cli.secs / 2.0)?;
     let sync_rate = (rate_before + rate_after) / 2.0;
@@ -746,7 +763,8 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
         "fdatasync baseline: {sync_rate:.0}/s (before {rate_before:.0}/s, after {rate_after:.0}/s; {} x append 200 bytes + fdatasync, one thread, same filesystem)",
         syncs_before + syncs_after
     );
-    for (clients, n, rate, lat, pending, cpu) in cases {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (clients, n, rate, lat, pending, cpu, own) in cases {
         let target = if clients == 1 { 0.8 } else { 5.0 };
         let ratio = rate / sync_rate.max(1e-9);
         let plural = if clients == 1 { "" } else { "s" };
@@ -762,6 +780,17 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
             us(percentile(&lat, 0.999)),
             us(lat.iter().sum::<u64>() / (lat.len().max(1) as u64)),
             us(cpu / n.max(1)),
+        );
+        // What bounds the rate when the disk does not: every ack costs
+        // CPU in flytod and in the clients, and there are only so many
+        // CPUs.
+        let per_ack = (cpu + own) as f64 / n.max(1) as f64;
+        println!(
+            "submit_plan {clients} client{plural} CPU: flytod {} + clients {} = {} per ack; {cpus} CPUs allow at most {:.0} acks/s at that cost",
+            us(cpu / n.max(1)),
+            us(own / n.max(1)),
+            us(per_ack as u64),
+            cpus as f64 * 1e9 / per_ack.max(1.0),
         );
     }
     let mut client = env.client();
