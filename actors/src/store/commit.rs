@@ -446,9 +446,14 @@ impl Writer {
         }
     }
 
+    /// Writes made on sled directly since the last checkpoint.
+    fn legacy_unsynced(&self) -> bool {
+        self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced
+    }
+
     /// Time left before a checkpoint is due, if anything needs one.
     fn due_in(&self) -> Option<Duration> {
-        let legacy = self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced;
+        let legacy = self.legacy_unsynced();
         (self.dirty || legacy || self.pos >= WAL_SIZE / 2).then(|| {
             self.checkpoint_every
                 .saturating_sub(self.last_checkpoint.elapsed())
@@ -510,7 +515,7 @@ impl Writer {
             if late.is_empty() {
                 return;
             }
-            let legacy = self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced;
+            let legacy = self.legacy_unsynced();
             let durable =
                 !legacy && self.log.failure().is_none() && lock(&self.log.pending).buf.is_empty();
             if !durable {
@@ -530,7 +535,7 @@ impl Writer {
     /// Makes every record appended so far durable. The records stay in
     /// `spare` to be applied to sled, unless this already did.
     fn commit(&mut self) -> Result<(), Arc<StoreError>> {
-        let legacy = self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced;
+        let legacy = self.legacy_unsynced();
         std::mem::swap(&mut lock(&self.log.pending).buf, &mut self.spare);
         let fits = self.pos + (self.spare.len() + TERMINATOR.len()) as u64 <= WAL_SIZE;
         if !legacy && fits {
