@@ -263,14 +263,18 @@ pub fn send_cmd(ctx: &Ctx, args: SendArgs) -> Result<u8> {
     )?;
     let mut view = RunView::new(run_mode(&args.show, false));
     let outcome = send(ctx, &id, text, &mut view, &ctrlc)?;
-    Ok(outcome_code(outcome))
+    Ok(run_code(outcome, view.last_stop()))
 }
 
-pub fn outcome_code(outcome: Outcome) -> u8 {
-    match outcome {
-        Outcome::Done => exit::SUCCESS,
-        Outcome::Cancelled => exit::RUN_CANCELLED,
-        Outcome::Failed => exit::RUN_FAILED,
+/// Exit code of a run of `session_send` or `session_compact`. A run that
+/// ended with `Done` still failed when it stopped because compaction failed
+/// or the breaker is open: a script must not take that for an answer.
+pub fn run_code(outcome: Outcome, stop: Option<&str>) -> u8 {
+    match (outcome, stop) {
+        (Outcome::Done, Some("compact_failed" | "breaker_open")) => exit::RUN_FAILED,
+        (Outcome::Done, _) => exit::SUCCESS,
+        (Outcome::Cancelled, _) => exit::RUN_CANCELLED,
+        (Outcome::Failed, _) => exit::RUN_FAILED,
     }
 }
 
@@ -561,16 +565,7 @@ pub fn compact(ctx: &Ctx, args: CompactArgs) -> Result<u8> {
     });
     client.send(&Request::SessionCompact { id: id.clone() })?;
     let outcome = follow_run(&mut client, "session_compact", &id, &mut view)?;
-    Ok(compact_code(outcome, view.last_stop()))
-}
-
-/// A compaction that ended with `Done` succeeded unless its stop says it
-/// failed.
-pub fn compact_code(outcome: Outcome, stop: Option<&str>) -> u8 {
-    match (outcome, stop) {
-        (Outcome::Done, Some("compact_failed")) => exit::RUN_FAILED,
-        (outcome, _) => outcome_code(outcome),
-    }
+    Ok(run_code(outcome, view.last_stop()))
 }
 
 #[cfg(test)]
@@ -596,14 +591,30 @@ mod tests {
 
     #[test]
     fn outcomes_map_to_exit_codes() {
-        assert_eq!(outcome_code(Outcome::Done), 0);
-        assert_eq!(outcome_code(Outcome::Cancelled), 5);
-        assert_eq!(outcome_code(Outcome::Failed), 1);
-        assert_eq!(compact_code(Outcome::Done, Some("compacted")), 0);
-        assert_eq!(compact_code(Outcome::Done, Some("nothing_to_compact")), 0);
-        assert_eq!(compact_code(Outcome::Done, Some("compact_failed")), 1);
-        assert_eq!(compact_code(Outcome::Failed, None), 1);
-        assert_eq!(compact_code(Outcome::Cancelled, None), 5);
+        assert_eq!(run_code(Outcome::Done, Some("end_turn")), 0);
+        assert_eq!(run_code(Outcome::Done, None), 0);
+        assert_eq!(run_code(Outcome::Cancelled, None), 5);
+        assert_eq!(run_code(Outcome::Failed, None), 1);
+        // Guards that stop a run say how to continue; the run did not fail.
+        for stop in [
+            "max_iterations",
+            "budget",
+            "repeat_guard",
+            "stalled",
+            "max_tokens",
+        ] {
+            assert_eq!(run_code(Outcome::Done, Some(stop)), 0, "{stop}");
+        }
+        assert_eq!(run_code(Outcome::Done, Some("compacted")), 0);
+        assert_eq!(run_code(Outcome::Done, Some("nothing_to_compact")), 0);
+    }
+
+    #[test]
+    fn runs_stopped_by_a_failed_compaction_fail() {
+        // session_send and session_compact alike: the context no longer
+        // fits and could not be compacted.
+        assert_eq!(run_code(Outcome::Done, Some("compact_failed")), 1);
+        assert_eq!(run_code(Outcome::Done, Some("breaker_open")), 1);
     }
 
     #[test]

@@ -12,7 +12,9 @@ pub const NOT_RUNNING: u8 = 3;
 pub const REFUSED: u8 = 4;
 pub const PLAN_CANCELLED: u8 = 5;
 pub const UNAVAILABLE: u8 = 6;
-/// A session run ended with an `Error` event.
+/// A session run ended with an `Error` event, or stopped because the
+/// context no longer fits and compaction failed (stop `compact_failed` or
+/// `breaker_open`).
 pub const RUN_FAILED: u8 = 1;
 /// A session run was cancelled.
 pub const RUN_CANCELLED: u8 = 5;
@@ -25,7 +27,9 @@ Exit codes:
   0    success; with --wait or --watch: the plan succeeded; session_send:
        the run finished; session_compact: compacted, or nothing to compact
   1    the plan failed (with --wait or --watch), a session run ended with an
-       error, a compaction failed, or another local error
+       error, a compaction failed (session_send too stops with 1 when the
+       context no longer fits and compaction failed or its breaker is open),
+       or another local error
   2    usage error: bad arguments or an invalid plan file
   3    flytod is not running or cannot be reached
   4    flytod refused the request (BadRequest, NotFound, Conflict,

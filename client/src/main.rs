@@ -84,9 +84,10 @@ enum Command {
     ///
     /// The reply text goes to stdout; reasoning, tool calls and results,
     /// notices and the end-of-run lines go to stderr. Exits 0 when the run
-    /// finished, 5 when it was cancelled, 1 when it failed, 4 when flytod
-    /// refused (e.g. Conflict: a run is already active). A second Ctrl-C
-    /// quits at once (130).
+    /// finished, 5 when it was cancelled, 1 when it failed or stopped because
+    /// the context no longer fits and compaction failed (or its breaker is
+    /// open), 4 when flytod refused (e.g. Conflict: a run is already active).
+    /// A second Ctrl-C quits at once (130).
     #[command(name = "session_send")]
     SessionSend(cmd_session::SendArgs),
 

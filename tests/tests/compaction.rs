@@ -272,6 +272,18 @@ fn three_failures_open_the_breaker_which_survives_sigkill_resets_and_expires() {
             && message.contains("retries"),
         "{message}"
     );
+    // flytoctl's exit code says the run did not answer, for a send as for
+    // a manual compaction.
+    for args in [
+        ["session_send", &s.id, "Step 4 again."].as_slice(),
+        ["session_compact", &s.id].as_slice(),
+    ] {
+        let out = s.env.ctl(args);
+        assert_eq!(out.code, 1, "{args:?}: {out:?}");
+        assert!(out.stderr.contains("breaker_reset"), "{args:?}: {out:?}");
+    }
+    assert_eq!(s.fast.request_count(), 3);
+    assert_eq!(s.main.request_count(), main_calls);
     let status = breaker_status(&s.env);
     assert_eq!(status.len(), 1);
     assert_eq!((status[0].state.as_str(), status[0].failures), ("open", 3));
