@@ -72,6 +72,9 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// One isolated flyto installation: state dir, socket, config, a work dir.
 pub struct TestEnv {
     pub tmp: tempfile::TempDir,
+    /// The state dir's parent when it is not under `tmp` (see
+    /// [`TestEnv::with_state_in`]).
+    pub state_tmp: Option<tempfile::TempDir>,
     pub state: PathBuf,
     pub sock: PathBuf,
     pub config: PathBuf,
@@ -88,17 +91,33 @@ pub struct CtlOutput {
 impl TestEnv {
     /// `config` is the text of config.toml.
     pub fn new(config: &str) -> TestEnv {
+        Self::with_state_in(config, None)
+    }
+
+    /// Like [`TestEnv::new`], with the state dir in a new directory under
+    /// `parent` (another filesystem, say); the socket and config stay in
+    /// /tmp.
+    pub fn with_state_in(config: &str, parent: Option<&Path>) -> TestEnv {
+        let state_tmp = parent.map(|p| {
+            tempfile::Builder::new()
+                .prefix("flyto-state-")
+                .tempdir_in(p)
+                .expect("state dir")
+        });
         let tmp = tempfile::Builder::new()
             .prefix("flyto-")
             .tempdir_in("/tmp")
             .expect("temp dir");
         let root = tmp.path().to_path_buf();
         let env = TestEnv {
-            state: root.join("state"),
+            state: state_tmp
+                .as_ref()
+                .map_or_else(|| root.join("state"), |t| t.path().join("state")),
             sock: root.join("run/flytod.sock"),
             config: root.join("config.toml"),
             work: root.join("work"),
             tmp,
+            state_tmp,
         };
         std::fs::create_dir_all(&env.work).expect("work dir");
         env.write_config(config);

@@ -58,6 +58,10 @@ struct Cli {
     /// Seconds per submit_plan case and for the fdatasync baseline.
     #[arg(long, global = true, default_value_t = 3.0)]
     secs: f64,
+    /// submit: the directory (filesystem) for flytod's state and the
+    /// fdatasync baseline's file; default a new directory in /tmp.
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
     /// Concurrent clients for the many-clients submit case.
     #[arg(long, global = true, default_value_t = 32)]
     clients: usize,
@@ -739,10 +743,12 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
         "\n== submit_plan durable acks ({}s per case; plans stay pending behind `sleep 3600`) ==",
         cli.secs
     );
-    let env = TestEnv::new(&config(1));
+    let env = TestEnv::with_state_in(&config(1), cli.dir.as_deref());
+    let disk = env.state_tmp.as_ref().map_or(env.tmp.path(), |t| t.path());
+    println!("submit_plan state dir: {}", filesystem(disk));
     // The disk of a shared machine changes speed: half the baseline before
     // the cases, half after, and their mean.
-    let (syncs_before, rate_before) = fdatasync_rate(env.tmp.path(), cli.secs / 2.0)?;
+    let (syncs_before, rate_before) = fdatasync_rate(disk, cli.secs / 2.0)?;
     let daemon = env.start();
     let blocker = env.submit(TestEnv::run_plan("sleep 3600"));
     env.wait_plan(&blocker, "running", |v| v.state == PlanState::Running);
@@ -757,7 +763,7 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
         let own = own_cpu_ns().saturating_sub(own);
         cases.push((clients, n, rate, lat, pending, cpu, own));
     }
-    let (syncs_after, rate_after) = fdatasync_rate(env.tmp.path(), cli.secs / 2.0)?;
+    let (syncs_after, rate_after) = fdatasync_rate(disk, cli.secs / 2.0)?;
     let sync_rate = (rate_before + rate_after) / 2.0;
     println!(
         "fdatasync baseline: {sync_rate:.0}/s (before {rate_before:.0}/s, after {rate_after:.0}/s; {} x append 200 bytes + fdatasync, one thread, same filesystem)",
