@@ -32,6 +32,9 @@ pub fn block_tokens(b: &Block) -> u64 {
     match b {
         Block::Text { text } => text_tokens(text),
         Block::Thinking { text, .. } => text_tokens(text),
+        // Encrypted thinking: its base64 is not the tokens it stands for,
+        // but it is the only size there is.
+        Block::RedactedThinking { data } => text_tokens(data),
         Block::ToolUse {
             id,
             name,

@@ -86,7 +86,7 @@ fn render_message(idx: u64, m: &Message, out: &mut String) {
     for b in &m.content {
         match b {
             Block::Text { text } => out.push_str(&format!("[#{idx} {who}] {text}\n")),
-            Block::Thinking { .. } => {}
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
             Block::ToolUse {
                 name,
                 arguments_json,

@@ -102,6 +102,9 @@ fn block(b: &Block) -> Option<Value> {
         Block::Thinking {
             signature: None, ..
         } => None,
+        Block::RedactedThinking { data } => {
+            Some(json!({"type": "redacted_thinking", "data": data}))
+        }
         Block::ToolUse {
             id,
             name,
@@ -151,6 +154,8 @@ struct ContentBlock {
     text: Option<String>,
     thinking: Option<String>,
     signature: Option<String>,
+    /// A `redacted_thinking` block's encrypted content.
+    data: Option<String>,
     id: Option<String>,
     name: Option<String>,
     input: Option<Value>,
@@ -300,7 +305,8 @@ impl Decoder {
                 }
                 self.tools.insert(index, call);
             }
-            // redacted_thinking, server tool blocks: not kept (see mod docs).
+            "redacted_thinking" => self.asm.redacted_thinking(cb.data.unwrap_or_default()),
+            // Server tool blocks: not kept.
             _ => {}
         }
     }

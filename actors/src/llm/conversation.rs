@@ -70,6 +70,12 @@ pub enum Block {
         content: String,
         is_error: bool,
     },
+    /// Anthropic thinking its safety systems encrypted: opaque `data` that
+    /// must go back unchanged, like a signed thinking block. Last among
+    /// the variants so records written before it still decode.
+    RedactedThinking {
+        data: String,
+    },
 }
 
 /// A tool the model may call. `input_schema_json` is a JSON Schema object.

@@ -175,6 +175,7 @@ enum Segment {
         signature: Option<String>,
     },
     Tool(usize),
+    Redacted(String),
 }
 
 struct ToolAcc {
@@ -216,6 +217,14 @@ impl Assembler {
             text: String::new(),
             signature: None,
         });
+    }
+
+    /// An encrypted thinking block: kept for the transcript, shown as
+    /// nothing (there is nothing readable in it).
+    pub(crate) fn redacted_thinking(&mut self, data: String) {
+        if !data.is_empty() {
+            self.segments.push(Segment::Redacted(data));
+        }
     }
 
     pub(crate) fn reasoning(&mut self, delta: &str, out: &mut Vec<StreamEvent>) {
@@ -347,6 +356,7 @@ impl Assembler {
                     }
                     content.push(Block::Thinking { text, signature });
                 }
+                Segment::Redacted(data) => content.push(Block::RedactedThinking { data }),
                 Segment::Tool(i) => {
                     if let Some(call) = tool_calls.get(i) {
                         content.push(Block::ToolUse {

@@ -85,8 +85,8 @@
 //!   event or Debug output.
 //! - Dropping an [`LlmStream`] drops the HTTP connection at once.
 //!
-//! Not kept: Anthropic `redacted_thinking` blocks (a turn that has one is
-//! sent back without it).
+//! Anthropic `redacted_thinking` blocks are kept opaque and sent back
+//! unchanged to Anthropic; other providers never see them.
 
 mod anthropic;
 mod client;

@@ -99,7 +99,7 @@ fn user_messages(blocks: &[Block], out: &mut Vec<Value>) {
                 call_id, content, ..
             } => out.push(json!({"role": "tool", "tool_call_id": call_id, "content": content})),
             Block::Text { text: t } => text.push(t.as_str()),
-            Block::Thinking { .. } | Block::ToolUse { .. } => {}
+            Block::Thinking { .. } | Block::RedactedThinking { .. } | Block::ToolUse { .. } => {}
         }
     }
     if !text.is_empty() {
@@ -118,6 +118,8 @@ fn assistant_message(blocks: &[Block]) -> Value {
         match b {
             Block::Text { text: t } => text.push_str(t),
             Block::Thinking { text: t, .. } => reasoning.push_str(t),
+            // Anthropic's alone; nothing another provider can read.
+            Block::RedactedThinking { .. } => {}
             Block::ToolUse {
                 id,
                 name,

@@ -152,6 +152,9 @@ pub fn message_view(idx: u64, m: &Message) -> MessageView {
             .map(|b| match b {
                 Block::Text { text } => BlockView::Text { text: text.clone() },
                 Block::Thinking { text, .. } => BlockView::Thinking { text: text.clone() },
+                Block::RedactedThinking { .. } => BlockView::Thinking {
+                    text: "(redacted by the provider)".into(),
+                },
                 Block::ToolUse {
                     id,
                     name,

@@ -8,6 +8,7 @@
 use super::server::{FakeServer, Reply};
 use super::{client, decode_pieces, drain, reasoning_of, request, route, text_of};
 use crate::llm::config::Api;
+use crate::llm::conversation::Block;
 use crate::llm::error::LlmError;
 use crate::llm::event::{Assembled, StopReason, StreamEvent, Usage};
 use rand::rngs::StdRng;
@@ -455,4 +456,62 @@ async fn tool_calls_without_index() {
             ("b", "glob", r#"{"pattern":"*"}"#)
         ]
     );
+}
+
+/// A `redacted_thinking` block is kept, in its place and unchanged,
+/// however the bytes are split.
+#[tokio::test]
+async fn redacted_thinking_is_kept_in_place() {
+    let event = |name: &str, data: serde_json::Value| format!("event: {name}\ndata: {data}\n\n");
+    let data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP+==";
+    let body = [
+        event(
+            "message_start",
+            serde_json::json!({"type": "message_start", "message": {"usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "redacted_thinking", "data": data}}),
+        ),
+        event(
+            "content_block_stop",
+            serde_json::json!({"type": "content_block_stop", "index": 0}),
+        ),
+        event(
+            "content_block_start",
+            serde_json::json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}}),
+        ),
+        event(
+            "content_block_delta",
+            serde_json::json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"path\":\"a\"}"}}),
+        ),
+        event(
+            "content_block_stop",
+            serde_json::json!({"type": "content_block_stop", "index": 1}),
+        ),
+        event(
+            "message_delta",
+            serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        ),
+        event("message_stop", serde_json::json!({"type": "message_stop"})),
+    ]
+    .concat()
+    .into_bytes();
+    for at in 1..body.len() {
+        let (ev, res) = decode_pieces(Api::Anthropic, split_at(&body, &[at])).await;
+        let a = res.unwrap_or_else(|e| panic!("split at {at}: {e}"));
+        assert_eq!(
+            a.to_message().content,
+            [
+                Block::RedactedThinking { data: data.into() },
+                Block::ToolUse {
+                    id: "toolu_1".into(),
+                    name: "read".into(),
+                    arguments_json: r#"{"path":"a"}"#.into(),
+                },
+            ],
+            "split at {at}"
+        );
+        assert_eq!(reasoning_of(&ev), "", "nothing readable is shown");
+    }
 }

@@ -20,6 +20,9 @@ fn conversation() -> ChatRequest {
                         text: "I should call ls.".into(),
                         signature: Some("sig-abc".into()),
                     },
+                    Block::RedactedThinking {
+                        data: "opaque==".into(),
+                    },
                     Block::Text {
                         text: "Looking.".into(),
                     },
@@ -150,6 +153,7 @@ fn anthropic_body() {
         m[1]["content"],
         json!([
             {"type": "thinking", "thinking": "I should call ls.", "signature": "sig-abc"},
+            {"type": "redacted_thinking", "data": "opaque=="},
             {"type": "text", "text": "Looking."},
             {"type": "tool_use", "id": "call_1", "name": "bash", "input": {"command": "ls"}},
             {"type": "tool_use", "id": "call_2", "name": "glob", "input": {}}
