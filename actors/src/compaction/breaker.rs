@@ -6,7 +6,8 @@
 //! at once. Rate-limit and overload errors (`Outcome::Ignored`) say nothing
 //! about the compaction itself and change nothing. The state lives in sled
 //! (tree `breakers`, key = project id), so a restarted daemon still knows an
-//! open breaker; a record not updated for an hour is forgotten.
+//! open breaker; a record not updated for an hour is forgotten. `record`
+//! and `reset` answer once their change is durable (WAL synced).
 //!
 //! The actor owns the tree; everyone else asks it by name through
 //! [`check`], [`record`] and [`status`], which answer "closed" when the
@@ -198,6 +199,16 @@ pub struct BreakerState {
 }
 
 impl BreakerState {
+    /// Answers once what was written is on disk, without holding up the
+    /// mailbox: a run told "open" must still find it open after a crash.
+    /// A failed sync is logged by the store (which then stops taking
+    /// writes); the answer still goes, so no run waits forever.
+    fn answer_when_durable<T: Send + 'static>(&self, reply: RpcReplyPort<T>, answer: T) {
+        self.store.after_sync(Box::new(move |_| {
+            let _ = reply.send(answer);
+        }));
+    }
+
     fn save(&self, rec: &BreakerRecord) -> Result<(), StoreError> {
         let mut batch = Batch::new();
         batch.insert(rec.project.as_bytes(), encode_record(FORMAT_VERSION, rec));
@@ -460,13 +471,14 @@ impl Actor for BreakerActor {
                 reply,
             } => {
                 let gate = state.record(project, workdir, outcome, now)?;
-                let _ = reply.send(gate);
+                state.answer_when_durable(reply, gate);
             }
             BreakerMsg::Status { reply } => {
                 let _ = reply.send(state.status(now)?);
             }
             BreakerMsg::Reset { project, reply } => {
-                let _ = reply.send(state.reset(project, now));
+                let reset = state.reset(project, now);
+                state.answer_when_durable(reply, reset);
             }
         }
         Ok(())
@@ -551,6 +563,7 @@ pub async fn status() -> Vec<BreakerView> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::store::testutil::{crash_copy, hold_commits, open_no_checkpoint, wait_durable};
     use ractor::concurrency::JoinHandle;
     use std::path::Path;
 
@@ -816,6 +829,71 @@ mod tests {
         // A trial whose outcome never comes does not hold it forever.
         env.clock.advance_ms(RESET_AFTER_MS);
         assert_eq!(env.check(&p).await, Gate::Closed);
+    }
+
+    /// The failure that opens the breaker is answered only once the
+    /// breaker is on disk: a crash right after the answer still finds it
+    /// open.
+    #[tokio::test]
+    async fn the_answer_waits_until_the_record_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_no_checkpoint(&dir.path().join("db"));
+        let mut env = Env {
+            dir,
+            clock: ManualClock::new(T0),
+            store: Some(store.clone()),
+            actor: None,
+        };
+        env.spawn(None).await;
+        env.fail(WD, "e1").await;
+        env.fail(WD, "e2").await;
+        wait_durable(&store);
+
+        // Hold the commit thread from another thread, so nothing written
+        // from here on is durable until it lets go.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                let _hold = hold_commits(&store);
+                held_tx.send(()).unwrap();
+                let _ = release_rx.recv();
+            }
+        });
+        held_rx.recv().unwrap();
+        let (tx, mut answer) = tokio::sync::oneshot::channel();
+        env.actor()
+            .send_message(BreakerMsg::Record {
+                project: project_id(WD),
+                workdir: WD.into(),
+                outcome: Outcome::Failure { error: "e3".into() },
+                reply: tx.into(),
+            })
+            .unwrap();
+        // The mailbox is in order: once Status answers, Record was handled.
+        assert_eq!(env.status().await[0].state, "open");
+        assert!(
+            answer.try_recv().is_err(),
+            "the failure was answered before the open breaker was durable"
+        );
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(is_open(&answer.await.unwrap()));
+
+        // What a crash at this instant leaves behind still has it open.
+        let copy = tempfile::tempdir().unwrap();
+        crash_copy(&env.dir.path().join("db"), &copy.path().join("db"));
+        let mut after = Env {
+            store: Some(open_store(copy.path())),
+            dir: copy,
+            clock: ManualClock::new(T0),
+            actor: None,
+        };
+        after.spawn(None).await;
+        assert!(is_open(&after.check(&project_id(WD)).await));
+        after.stop().await;
+        env.stop().await;
     }
 
     #[tokio::test]

@@ -61,7 +61,7 @@ const POLL_AFTER_GROUP: Duration = Duration::from_micros(50);
 /// A poisoned lock only means another thread panicked while holding it;
 /// the data it guards stays consistent (a record is appended in full or
 /// not at all).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -80,6 +80,10 @@ pub(super) struct Log {
     legacy_written: AtomicU64,
     failed: AtomicBool,
     failure: Mutex<Option<Arc<StoreError>>>,
+    /// Held by a test to keep the commit thread from making anything
+    /// durable (see `testutil::hold_commits`).
+    #[cfg(test)]
+    pub(super) hold: Mutex<()>,
 }
 
 struct Pending {
@@ -101,6 +105,8 @@ impl Log {
             legacy_written: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
+            #[cfg(test)]
+            hold: Mutex::new(()),
         }
     }
 
@@ -461,6 +467,8 @@ impl Writer {
     }
 
     fn group(&mut self, group: Vec<Msg>, rx: &mpsc::Receiver<Msg>) {
+        #[cfg(test)]
+        drop(lock(&self.log.hold));
         let result = match self.log.failure() {
             Some(e) => Err(e),
             None => self.commit(),

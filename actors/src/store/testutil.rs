@@ -12,6 +12,12 @@ pub(crate) fn open_no_checkpoint(dir: &Path) -> Store {
     Store::open_with(dir, 8 << 20, Duration::from_secs(3600)).expect("open store")
 }
 
+/// Keeps the commit thread from making anything durable (or running
+/// `after_sync` continuations) until the guard is dropped.
+pub(crate) fn hold_commits(store: &Store) -> std::sync::MutexGuard<'_, ()> {
+    super::commit::lock(&store.inner.log.hold)
+}
+
 /// Waits until every write so far is durable; panics if the sync fails.
 pub(crate) fn wait_durable(store: &Store) {
     let (tx, rx) = mpsc::channel();
