@@ -731,6 +731,7 @@ fn message_chars(m: &Message) -> usize {
             Block::Text { text } | Block::Thinking { text, .. } => text.len(),
             Block::ToolUse { arguments_json, .. } => arguments_json.len(),
             Block::ToolResult { content, .. } => content.len(),
+            Block::RedactedThinking { data } => data.len(),
         })
         .sum()
 }
