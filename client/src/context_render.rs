@@ -199,6 +199,7 @@ mod tests {
             warn_at: 90_000,
             compact_at: 97_000,
             compactions: 2,
+            head_from_idx: 0,
             summary_from_idx: 2,
             has_summary: true,
         }

@@ -454,15 +454,29 @@ pub fn header(s: &SessionView, now_ms: u64, style: Style) -> String {
     }
     out.push_str(&context_line(&s.context, style));
     out.push('\n');
-    if s.context_base_idx > 0 {
-        let note = format!(
-            "messages before [{}] are outside the model's window",
-            s.context_base_idx
-        );
+    if let Some(note) = window_note(s) {
         out.push_str(&style.paint(&note, Tone::Dim));
         out.push('\n');
     }
     out
+}
+
+/// Which stored messages the model does not see; None when it sees all.
+fn window_note(s: &SessionView) -> Option<String> {
+    let base = s.context_base_idx;
+    let (head, summary_from) = (s.context.head_from_idx, s.context.summary_from_idx);
+    if base == 0 {
+        return None;
+    }
+    if head < summary_from {
+        return Some(format!(
+            "the model sees messages [{head}]..[{}], the summary and [{base}] on; the others are outside its window",
+            summary_from - 1
+        ));
+    }
+    Some(format!(
+        "messages before [{base}] are outside the model's window"
+    ))
 }
 
 /// How stored messages are shown.
@@ -478,13 +492,17 @@ pub struct HistoryMode {
     pub result_lines: usize,
 }
 
-/// Where the model-visible window of a history starts, and the summary the
-/// model sees in place of the compacted messages before it.
+/// The model-visible window of a history: the protected head, the summary
+/// the model sees in place of the compacted messages after it, and the
+/// messages from `base` on.
 #[derive(Debug, Clone, Copy)]
 pub struct Window<'a> {
     /// `context_base_idx`: the model sees messages from here on.
     pub base: u64,
     pub summary: Option<&'a str>,
+    /// The protected head `[head_from, summary_from)`, which the model still
+    /// sees before the summary.
+    pub head_from: u64,
     /// The first message the summary covers.
     pub summary_from: u64,
 }
@@ -494,14 +512,20 @@ impl<'a> Window<'a> {
         Window {
             base: session.context_base_idx,
             summary,
+            head_from: session.context.head_from_idx,
             summary_from: session.context.summary_from_idx,
         }
+    }
+
+    /// The model sees message `idx`: it is in the head or from `base` on.
+    fn sees(&self, idx: u64) -> bool {
+        idx >= self.base || (self.head_from..self.summary_from).contains(&idx)
     }
 }
 
 /// Every message as `[idx] role:` and its blocks, a blank line between
-/// messages; those before the window are marked, and the summary stands
-/// where the window starts (when that place is among `msgs`).
+/// messages; those the model does not see are marked, and the summary
+/// stands where the window's tail starts (when that place is among `msgs`).
 pub fn messages(msgs: &[MessageView], window: &Window<'_>, mode: &HistoryMode) -> String {
     let mut parts: Vec<String> = Vec::with_capacity(msgs.len() + 1);
     // Only where the window's start is in view: a snapshot of the last few
@@ -515,7 +539,7 @@ pub fn messages(msgs: &[MessageView], window: &Window<'_>, mode: &HistoryMode) -
         {
             parts.push(summary_part(text, window, mode));
         }
-        parts.push(message(m, m.idx < window.base, mode));
+        parts.push(message(m, !window.sees(m.idx), mode));
     }
     if let Some(text) = summary {
         parts.push(summary_part(text, window, mode));
@@ -925,13 +949,7 @@ mod tests {
                 ],
             },
         ];
-        let mode = HistoryMode {
-            style: Style::plain(),
-            tty: false,
-            reasoning: false,
-            width: 80,
-            result_lines: 3,
-        };
+        let mode = plain_history();
         let expected = "\
 [0] user: (outside the model's window)
 list files
@@ -947,10 +965,12 @@ Sure.
     … 2 more lines
   ⎿ error: denied
 ";
+        // Without a summary there is no head: the window is `base` on.
         let window = |base| Window {
             base,
             summary: None,
-            summary_from: 0,
+            head_from: base,
+            summary_from: base,
         };
         assert_eq!(messages(&msgs, &window(1), &mode), expected);
         let with_thinking = HistoryMode {
@@ -960,6 +980,17 @@ Sure.
         assert!(
             messages(&msgs, &window(0), &with_thinking).contains("[1] assistant:\nhidden\nSure.\n")
         );
+    }
+
+    /// History into a pipe, three lines of each tool result.
+    fn plain_history() -> HistoryMode {
+        HistoryMode {
+            style: Style::plain(),
+            tty: false,
+            reasoning: false,
+            width: 80,
+            result_lines: 3,
+        }
     }
 
     fn said(idx: u64, role: &str, text: &str) -> MessageView {
@@ -972,13 +1003,7 @@ Sure.
 
     #[test]
     fn the_summary_stands_where_the_window_starts() {
-        let mode = HistoryMode {
-            style: Style::plain(),
-            tty: false,
-            reasoning: false,
-            width: 80,
-            result_lines: 3,
-        };
+        let mode = plain_history();
         let msgs = vec![
             said(0, "user", "goal"),
             said(1, "user", "old"),
@@ -988,12 +1013,13 @@ Sure.
         let window = Window {
             base: 3,
             summary: Some("Goal: keep /srv/a.rs\n"),
+            head_from: 0,
             summary_from: 1,
         };
         assert_eq!(
             messages(&msgs, &window, &mode),
             "\
-[0] user: (outside the model's window)
+[0] user:
 goal
 
 [1] user: (outside the model's window)
@@ -1019,6 +1045,67 @@ now
         assert!(
             messages(&msgs, &Window { base: 4, ..window }, &mode)
                 .ends_with("older reply\n\n[3] user: (outside the model's window)\nnow\n\n── summary of messages [1]..[3] (what the model sees instead of them) ──\nGoal: keep /srv/a.rs\n")
+        );
+    }
+
+    #[test]
+    fn the_protected_head_is_inside_the_window() {
+        let mode = plain_history();
+        // A reset moved the window to [1]; a compaction then kept [1]..[2]
+        // as the head and summarised [3]..[4].
+        let msgs = vec![
+            said(0, "assistant", "before the reset"),
+            said(1, "user", "goal"),
+            said(2, "assistant", "ok"),
+            said(3, "user", "old"),
+            said(4, "assistant", "older reply"),
+            said(5, "user", "now"),
+        ];
+        let window = Window {
+            base: 5,
+            summary: Some("Goal: keep /srv/a.rs"),
+            head_from: 1,
+            summary_from: 3,
+        };
+        let out = messages(&msgs, &window, &mode);
+        let marked: Vec<&str> = out
+            .lines()
+            .filter(|l| l.ends_with("(outside the model's window)"))
+            .collect();
+        assert_eq!(
+            marked,
+            [
+                "[0] assistant: (outside the model's window)",
+                "[3] user: (outside the model's window)",
+                "[4] assistant: (outside the model's window)",
+            ],
+            "{out}"
+        );
+        assert!(
+            out.contains("\n[1] user:\ngoal\n\n[2] assistant:\nok\n"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("older reply\n\n── summary of messages [3]..[4] (what the model sees instead of them) ──\nGoal: keep /srv/a.rs\n\n[5] user:\nnow\n"),
+            "{out}"
+        );
+        // The header says which messages the model still sees.
+        let s = SessionView {
+            context_base_idx: 5,
+            context: flyto_protocol::ContextView {
+                head_from_idx: 1,
+                summary_from_idx: 3,
+                has_summary: true,
+                ..Default::default()
+            },
+            ..session()
+        };
+        assert!(
+            header(&s, 0, Style::plain()).ends_with(
+                "\nthe model sees messages [1]..[2], the summary and [5] on; the others are outside its window\n"
+            ),
+            "{}",
+            header(&s, 0, Style::plain())
         );
     }
 

@@ -965,6 +965,7 @@ fn with_context(mut session: SessionView) -> SessionView {
         warn_at: 90_000,
         compact_at: 97_000,
         compactions: 2,
+        head_from_idx: 0,
         summary_from_idx: 1,
         has_summary: true,
     };
@@ -1233,6 +1234,13 @@ fn history_shows_the_context_budget_and_the_summary() {
     assert!(
         stdout.contains(
             "\ncontext: 18,200 tokens (1,300 estimated) · compacts at 97,000 · warns at 90,000 · effective window 110,000 of 128,000 · 2 compactions\n"
+        ),
+        "{stdout}"
+    );
+    // [0] is the protected head: the model sees it before the summary.
+    assert!(
+        stdout.contains(
+            "\nthe model sees messages [0]..[0], the summary and [2] on; the others are outside its window\n\n[0] user:\nkeep /srv/proj/a.rs\n"
         ),
         "{stdout}"
     );

@@ -303,6 +303,7 @@ mod tests {
                 warn_at: 70,
                 compact_at: 77,
                 compactions: 1,
+                head_from_idx: 0,
                 summary_from_idx: 2,
                 has_summary: true,
             },

@@ -323,6 +323,10 @@ pub struct ContextView {
     pub warn_at: u64,
     pub compact_at: u64,
     pub compactions: u64,
+    /// The first message of the protected head: the model still sees
+    /// `[head_from_idx, summary_from_idx)` before the summary. Equal to
+    /// `summary_from_idx` (no head) when there is no summary.
+    pub head_from_idx: u64,
     /// The first message the summary covers (the protected head before it
     /// stays visible); `context_base_idx` when there is no summary.
     pub summary_from_idx: u64,

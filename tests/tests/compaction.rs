@@ -145,6 +145,21 @@ fn a_session_past_the_threshold_compacts_and_keeps_what_the_user_confirmed() {
     );
     assert!(view.context_base_idx > 0 && view.context.has_summary);
     assert_eq!(view.context.compactions, 1);
+    // The protected head [0].. is what the model still sees before the
+    // summary: history does not mark it, only the summarised messages.
+    assert_eq!(view.context.head_from_idx, 0);
+    let out = s.env.ctl(&["session_history", &s.id]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("\n[0] user:\nSet up the project.\n"),
+        "{}",
+        out.stdout
+    );
+    let summarised = format!(
+        "\n[{}] user: (outside the model's window)\n",
+        view.context.summary_from_idx
+    );
+    assert!(out.stdout.contains(&summarised), "{}", out.stdout);
     assert_eq!(view.context.compact_at, 8_800);
     assert_eq!(view.context.effective_window, 11_000);
     assert_every_call_answered(&messages);

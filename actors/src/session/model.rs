@@ -105,10 +105,10 @@ impl SessionRecord {
         v.estimated = c.estimated_tokens;
         v.compactions = c.compactions;
         v.has_summary = c.summary.is_some();
-        v.summary_from_idx = if c.summary.is_some() {
-            c.head_end_idx
+        (v.head_from_idx, v.summary_from_idx) = if c.summary.is_some() {
+            (c.head_start_idx, c.head_end_idx)
         } else {
-            self.context_base_idx
+            (self.context_base_idx, self.context_base_idx)
         };
         v
     }
@@ -175,5 +175,50 @@ pub fn message_view(idx: u64, m: &Message) -> MessageView {
                 },
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(base: u64, context: ContextState) -> SessionRecord {
+        SessionRecord {
+            id: 1,
+            name: None,
+            workdir: "/srv/proj".into(),
+            model: "main".into(),
+            status: SessionStatus::Idle,
+            error: None,
+            next_idx: 10,
+            context_base_idx: base,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            created_ms: 0,
+            updated_ms: 0,
+            runs: 0,
+            chain: "c1".into(),
+            depth: 0,
+            context,
+        }
+    }
+
+    #[test]
+    fn the_context_view_names_the_protected_head() {
+        // A reset moved the window to [2]; a compaction kept [2]..[3] as
+        // the head and summarised [4]..[7].
+        let compacted = ContextState {
+            head_start_idx: 2,
+            head_end_idx: 4,
+            summary: Some("Goal".into()),
+            ..ContextState::default()
+        };
+        let v = record(8, compacted).context_view(None);
+        assert_eq!((v.head_from_idx, v.summary_from_idx), (2, 4));
+        assert!(v.has_summary);
+        // Without a summary there is no head: the window is `base` on.
+        let v = record(8, ContextState::default()).context_view(None);
+        assert_eq!((v.head_from_idx, v.summary_from_idx), (8, 8));
+        assert!(!v.has_summary);
     }
 }
