@@ -162,9 +162,18 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Loaded> {
 pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     let config: Config = toml::from_str(text)
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
-    if config.plans.max_parallel_plans == 0 || config.plans.max_parallel_steps == 0 {
+    // 0 would mean "never" (no plan or step starts, no model call is
+    // made), which nobody wants: refuse it instead of quietly using 1.
+    let (p, s) = (&config.plans, &config.sessions);
+    let zero = [
+        ("plans.max_parallel_plans", p.max_parallel_plans == 0),
+        ("plans.max_parallel_steps", p.max_parallel_steps == 0),
+        ("plans.max_attempts", p.max_attempts == 0),
+        ("sessions.max_iterations", s.max_iterations == 0),
+    ];
+    if let Some((key, _)) = zero.iter().find(|(_, is_zero)| *is_zero) {
         bail!(
-            "invalid config file {}: plans.max_parallel_plans and plans.max_parallel_steps must be at least 1",
+            "invalid config file {}: {key} must be at least 1 (it is 0); set it to 1 or more, or remove it for the default",
             path.display()
         );
     }
@@ -175,12 +184,6 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     config
         .policy()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e:#}", path.display()))?;
-    if config.plans.max_attempts == 0 {
-        bail!(
-            "invalid config file {}: plans.max_attempts must be at least 1",
-            path.display()
-        );
-    }
     Ok(config)
 }
 
@@ -254,6 +257,33 @@ mod tests {
         assert!(err.contains("/etc/flyto/config.toml"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("max_paralel_steps"), "{err}");
+    }
+
+    #[test]
+    fn counts_of_zero_name_the_file_the_key_and_the_fix() {
+        for (section, key) in [
+            ("sessions", "max_iterations"),
+            ("plans", "max_attempts"),
+            ("plans", "max_parallel_plans"),
+            ("plans", "max_parallel_steps"),
+        ] {
+            let err = parse(
+                &format!("[{section}]\n{key} = 0\n"),
+                Path::new("/etc/flyto/config.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.starts_with("invalid config file /etc/flyto/config.toml: "),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("{section}.{key} must be at least 1")),
+                "{err}"
+            );
+        }
+        let c = parse("[sessions]\nmax_iterations = 1\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.sessions.max_iterations, 1);
     }
 
     #[test]

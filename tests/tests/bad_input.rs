@@ -566,6 +566,35 @@ fn a_config_with_an_unknown_key_is_refused() {
     drop(daemon);
 }
 
+/// `max_iterations = 0` would still have made one model call a run; it
+/// is refused at start and by check-config, naming the file, key and fix.
+#[test]
+fn a_config_with_zero_max_iterations_is_refused() {
+    let env = TestEnv::new("[sessions]\nmax_iterations = 0\n");
+    let config = env.config.display().to_string();
+    let wants = [
+        config.as_str(),
+        "sessions.max_iterations must be at least 1",
+    ];
+    let (code, _, stderr) = flytod(&env, &["check-config"]);
+    assert_eq!(code, 1, "{stderr}");
+    for want in wants {
+        assert!(stderr.contains(want), "{want} missing from:\n{stderr}");
+    }
+    let log = match env.try_start(&[]) {
+        Ok(_) => panic!("flytod started with sessions.max_iterations = 0"),
+        Err(log) => log,
+    };
+    for want in wants {
+        assert!(log.contains(want), "{want} missing from:\n{log}");
+    }
+    assert!(!env.sock.exists(), "no socket for a daemon that refused");
+
+    env.write_config("[sessions]\nmax_iterations = 1\n");
+    let (code, stdout, stderr) = flytod(&env, &["check-config"]);
+    assert_eq!(code, 0, "{stdout} {stderr}");
+}
+
 fn assert_serving_fresh(env: &TestEnv) {
     let out = env.ctl(&["ping"]);
     assert_eq!(out.code, 0, "{}", out.stderr);

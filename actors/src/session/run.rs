@@ -277,7 +277,8 @@ async fn drive(
     let mut stalled = 0;
     let mut repeats: HashMap<(String, String, String), u32> = HashMap::new();
     let mut force = false;
-    for _ in 0..config.max_iterations.max(1) {
+    // The config refuses 0, so every run may call the model at least once.
+    for _ in 0..config.max_iterations {
         match check.run(rec, force, &mut flags).await {
             Checked::Go { compacted: true } => window = context::load_window(deps, rec)?,
             Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}
