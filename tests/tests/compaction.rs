@@ -12,13 +12,15 @@ use flyto_tests::{Daemon, TestEnv};
 use serde_json::Value;
 
 /// Main model: 12,000-token window, 1,000 max output → effective 11,000,
-/// warning at 7,700, compaction at 8,800. Summaries go to a second server
-/// (`fast`) that fails at once (no retries) when told to.
-fn config(main: &FakeLlm, fast: &FakeLlm, fast_window: u32) -> String {
+/// warning at 7,700, compaction at 8,800; input at 1 USD per million
+/// tokens. Summaries go to a second server (`fast`, input at 2 USD per
+/// million) that fails at once (no retries) when told to. `extra` is
+/// added to the config (e.g. a `[sessions]` section).
+fn config(main: &FakeLlm, fast: &FakeLlm, fast_window: u32, extra: &str) -> String {
     format!(
-        "{BASE}[models.main]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"main-model\"\ncontext_window = 12000\nmax_output = 1000\n\n\
+        "{BASE}{extra}\n[models.main]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"main-model\"\ncontext_window = 12000\nmax_output = 1000\ninput_price = 1.0\n\n\
 [models.big]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"big-model\"\ncontext_window = 200000\nmax_output = 1000\n\n\
-[models.summ]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"summ-model\"\ncontext_window = {fast_window}\nmax_output = 500\n\n\
+[models.summ]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"summ-model\"\ncontext_window = {fast_window}\nmax_output = 500\ninput_price = 2.0\n\n\
 [models.summ.retry]\nmax_attempts = 1\n\n[roles]\nmain = \"main\"\nfast = \"summ\"\n",
         main.base_url(),
         main.base_url(),
@@ -35,9 +37,14 @@ struct Setup {
 }
 
 fn setup(fast_window: u32) -> Setup {
+    setup_with(fast_window, "")
+}
+
+/// [`setup`] with `extra` in the config.
+fn setup_with(fast_window: u32, extra: &str) -> Setup {
     let main = FakeLlm::start(vec![]);
     let fast = FakeLlm::start(vec![]);
-    let env = TestEnv::new(&config(&main, &fast, fast_window));
+    let env = TestEnv::new(&config(&main, &fast, fast_window, extra));
     let daemon = start(&env);
     let dir = workdir(&env, "proj");
     std::fs::write(dir.join("big.log"), "log line with details\n".repeat(2_000)).unwrap();
@@ -186,6 +193,40 @@ fn a_session_past_the_threshold_compacts_and_keeps_what_the_user_confirmed() {
     let (view, messages) = history(&s.env, &s.id);
     assert_eq!(view.context.compactions, 2);
     assert_eq!(messages.len() as u64, view.messages);
+}
+
+#[test]
+fn a_summary_call_counts_towards_the_run_budget() {
+    // fill's runs cost at most $0.0130 each (input at $1 per million).
+    let s = setup_with(128_000, "[sessions]\nmax_run_cost_usd = 0.02\n");
+    fill(&s);
+    // This run: a summary of 8,000 input tokens at $2 per million
+    // ($0.016), then a call of 5,000 at $1 ($0.005). Each stays under the
+    // limit; together they reach it, so the run stops after the tool round
+    // instead of making the second call.
+    s.fast.push(vec![
+        Reply::text("## Goal\nSet up the project.").usage(8_000, 0),
+    ]);
+    s.main.push(vec![
+        Reply::tool_call("c9", "glob", r#"{"pattern":"*.log"}"#).usage(5_000, 0),
+        Reply::text("Done.").usage(5_100, 0),
+    ]);
+    let main_calls = s.main.request_count();
+    let events = send_logged(&s.env, &s.daemon, &s.id, "What next?");
+    assert!(compacted(&events).is_some(), "{events:#?}");
+    let Some(SessionEvent::Done { stop, message }) = events.last() else {
+        panic!("{events:#?}")
+    };
+    assert_eq!(stop, "budget", "{events:#?}");
+    assert!(
+        message.contains("$0.0210 ($0.0160 of it compaction summaries)")
+            && message.contains("sessions.max_run_cost_usd = $0.0200"),
+        "{message}"
+    );
+    assert_eq!(s.main.request_count(), main_calls + 1);
+    let (view, messages) = history(&s.env, &s.id);
+    assert_eq!(view.status, "idle");
+    assert_every_call_answered(&messages);
 }
 
 #[test]

@@ -95,6 +95,9 @@ pub struct RunFlags {
     pub warned: bool,
     /// A compaction failed.
     pub failed: bool,
+    /// What this run's summary calls cost: they count towards
+    /// `max_run_cost_usd` like the run's own model calls.
+    pub summary_cost_usd: f64,
 }
 
 /// What the loop does after a budget check.
@@ -199,6 +202,7 @@ impl Check<'_> {
                 let cost = summarizer.route.primary.profile.cost(&applied.usage);
                 rec.usage.add(&applied.usage);
                 rec.cost_usd += cost;
+                run.summary_cost_usd += cost;
                 self.applied(rec, applied, started)
             }
             Err(CompactError::Nothing) if force && tokens < budget.effective => {

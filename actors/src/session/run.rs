@@ -272,6 +272,7 @@ async fn drive(
     // A provider that finds the prompt too long gets one compaction and
     // a second try per run.
     let mut forced = false;
+    // The run's own model calls; its summary calls are in `flags`.
     let mut run_cost = 0.0;
     let mut continuations = 0;
     let mut stalled = 0;
@@ -442,11 +443,20 @@ async fn drive(
                 ),
             });
         }
-        if config.max_run_cost_usd > 0.0 && run_cost >= config.max_run_cost_usd {
+        let spent = run_cost + flags.summary_cost_usd;
+        if config.max_run_cost_usd > 0.0 && spent >= config.max_run_cost_usd {
+            let summaries = if flags.summary_cost_usd > 0.0 {
+                format!(
+                    " (${:.4} of it compaction summaries)",
+                    flags.summary_cost_usd
+                )
+            } else {
+                String::new()
+            };
             return Ok(Stop::Done {
                 stop: "budget",
                 message: format!(
-                    "stopped: this run cost ${run_cost:.4}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
+                    "stopped: this run cost ${spent:.4}{summaries}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
                     config.max_run_cost_usd
                 ),
             });
