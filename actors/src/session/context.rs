@@ -116,6 +116,8 @@ pub enum Checked {
         stop: &'static str,
         message: String,
     },
+    /// The compacted session could not be saved: the run fails.
+    Failed(String),
 }
 
 pub struct Check<'a> {
@@ -244,10 +246,7 @@ impl Check<'_> {
         rec.context_base_idx = applied.base_idx;
         rec.updated_ms = self.deps.clock.now_ms();
         if let Err(e) = self.deps.store.save(rec, &[], false) {
-            return Checked::Stop {
-                stop: "error",
-                message: format!("cannot save the compacted session: {e}"),
-            };
+            return Checked::Failed(format!("cannot save the compacted session: {e}"));
         }
         self.emit.emit(SessionEvent::Compacted {
             before_tokens: applied.before,

@@ -251,6 +251,7 @@ async fn drive(
                 message: "nothing to compact: the recent turns are all the window holds".into(),
             },
             Checked::Stop { stop, message } => Stop::Done { stop, message },
+            Checked::Failed(message) => Stop::Failed(message),
             Checked::Go { compacted: true } => Stop::Done {
                 stop: "compacted",
                 message: format!(
@@ -285,6 +286,7 @@ async fn drive(
             Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}
             Checked::Cancelled => return Ok(Stop::Cancelled),
             Checked::Stop { stop, message } => return Ok(Stop::Done { stop, message }),
+            Checked::Failed(message) => return Ok(Stop::Failed(message)),
         }
         force = false;
         let (messages, _report) = normalize(window.clone());
