@@ -357,6 +357,34 @@ fn cut_off_replies_are_continued_up_to_max_continuations() {
 }
 
 #[test]
+fn the_run_budget_also_stops_continuations_of_cut_off_replies() {
+    // Each cut-off reply costs $0.0011 (1,000 input tokens at $1 per
+    // million, 50 output at $2): over the limit after the first.
+    let (fake, env, daemon) = setup_with(
+        "[sessions]\nmax_run_cost_usd = 0.001\nmax_continuations = 3\n",
+        vec![
+            cut_off("The first part, "),
+            cut_off("the second part, "),
+            cut_off("the third part, "),
+            cut_off("the fourth part, "),
+        ],
+    );
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let events = send_logged(&env, &daemon, &id, "tell me a long story");
+    let (stop, message) = stopped(&events);
+    assert_eq!(stop, "budget", "{events:#?}");
+    assert!(
+        message.contains("$0.0011") && message.contains("sessions.max_run_cost_usd = $0.0010"),
+        "{message}"
+    );
+    assert_eq!(fake.request_count(), 1, "no continuation past the limit");
+    let (session, _) = history(&env, &id);
+    assert!((session.cost_usd - 0.0011).abs() < 1e-9, "{session:#?}");
+}
+
+#[test]
 fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
     // Prices: 1 USD per million input tokens, 2 per million output tokens.
     let (fake, env, daemon) = setup_with(

@@ -288,6 +288,27 @@ async fn drive(
             Checked::Stop { stop, message } => return Ok(Stop::Done { stop, message }),
             Checked::Failed(message) => return Ok(Stop::Failed(message)),
         }
+        // Before every call, so no call (a continuation of a cut-off reply,
+        // a retry after a compaction) goes past the limit unchecked; after
+        // the compaction check, so its summary cost counts.
+        let spent = run_cost + flags.summary_cost_usd;
+        if config.max_run_cost_usd > 0.0 && spent >= config.max_run_cost_usd {
+            let summaries = if flags.summary_cost_usd > 0.0 {
+                format!(
+                    " (${:.4} of it compaction summaries)",
+                    flags.summary_cost_usd
+                )
+            } else {
+                String::new()
+            };
+            return Ok(Stop::Done {
+                stop: "budget",
+                message: format!(
+                    "stopped: this run cost ${spent:.4}{summaries}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
+                    config.max_run_cost_usd
+                ),
+            });
+        }
         force = false;
         let (messages, _report) = normalize(window.clone());
         let request = ChatRequest {
@@ -442,24 +463,6 @@ async fn drive(
                 stop: "stalled",
                 message: format!(
                     "stopped: {STALL_LIMIT} steps in a row produced nothing new; send a message with new guidance to continue"
-                ),
-            });
-        }
-        let spent = run_cost + flags.summary_cost_usd;
-        if config.max_run_cost_usd > 0.0 && spent >= config.max_run_cost_usd {
-            let summaries = if flags.summary_cost_usd > 0.0 {
-                format!(
-                    " (${:.4} of it compaction summaries)",
-                    flags.summary_cost_usd
-                )
-            } else {
-                String::new()
-            };
-            return Ok(Stop::Done {
-                stop: "budget",
-                message: format!(
-                    "stopped: this run cost ${spent:.4}{summaries}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
-                    config.max_run_cost_usd
                 ),
             });
         }
