@@ -399,10 +399,17 @@ async fn session_cancel(id: &str, ctx: &Ctx) -> Result<Response, Reject> {
 
 /// Streams a subscription's events; with `until_run_end`, stops after the
 /// event that ends a run.
-/// Resolves once the client hangs up or sends anything.
+/// How often a half-closed attached client is checked for a hang-up.
+const HANGUP_CHECK: Duration = Duration::from_secs(5);
+
+/// Resolves once the client hangs up or sends anything. A client that only
+/// shut down its sending side (a script piping one request into `socat`)
+/// still wants the events: from then on only a full hang-up, checked every
+/// [`HANGUP_CHECK`] (a failed write ends it sooner), ends the stream.
 async fn peer_done(sink: &Sink) {
     use std::os::fd::AsRawFd;
     let stream: &UnixStream = sink.w.as_ref();
+    let fd = stream.as_raw_fd();
     loop {
         if stream.readable().await.is_err() {
             return;
@@ -411,20 +418,43 @@ async fn peer_done(sink: &Sink) {
         // SAFETY: a one-byte peek into a local buffer on a socket we own.
         let n = unsafe {
             libc::recv(
-                stream.as_raw_fd(),
+                fd,
                 (&mut byte as *mut u8).cast(),
                 1,
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
             )
         };
-        if n >= 0 {
+        if n > 0 || hung_up(fd) {
             return;
+        }
+        if n == 0 {
+            break;
         }
         let err = std::io::Error::last_os_error();
         if err.kind() != std::io::ErrorKind::WouldBlock {
             return;
         }
     }
+    // Half-closed: the socket stays readable (at end of file), so waiting
+    // for readiness would spin.
+    loop {
+        tokio::time::sleep(HANGUP_CHECK).await;
+        if hung_up(fd) {
+            return;
+        }
+    }
+}
+
+/// Whether the peer closed both directions (a half-close is not a hang-up).
+fn hung_up(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack for a socket we own; no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n < 0 || p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 async fn forward_events(
@@ -438,8 +468,7 @@ async fn forward_events(
             next = sub.rx.recv() => next,
             // An attached client stays until it disconnects: a hang-up (or
             // any input) ends the stream, so its receiver cannot linger. A
-            // send's stream ends with its run anyway, so a client that
-            // half-closes after its request still gets the whole run.
+            // send's stream ends with its run anyway.
             _ = peer_done(sink), if !until_run_end => return Ok(()),
         };
         match next {

@@ -11,7 +11,7 @@
 
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::flyto_protocol::{
-    BlockView, ClientError, ErrorCode, MessageView, PlanSpec, PlanState, Request, Response,
+    BlockView, ClientError, ErrorCode, Event, MessageView, PlanSpec, PlanState, Request, Response,
     SessionEvent, StepSpec, StepState,
 };
 use flyto_tests::sessions_support::{
@@ -640,6 +640,55 @@ fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
     assert_run_shape(&seen);
     assert_eq!(seen, sent, "the attached client sees the same run");
     assert_eq!(text_of(&seen), "second answer");
+    fake.assert_protocol_ok();
+}
+
+/// A script that pipes one JSON request into the socket and shuts down its
+/// sending side still gets the live events of the session it attached to.
+#[test]
+fn a_json_client_that_half_closes_after_attach_still_gets_the_events() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::Shutdown;
+    let (fake, env, _daemon) = setup(vec![Reply::text("the answer")]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let s = std::os::unix::net::UnixStream::connect(&env.sock).expect("connect");
+    s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let mut w = s.try_clone().expect("clone");
+    w.write_all(format!("{{\"session_attach\":{{\"id\":\"{id}\",\"recent\":5}}}}\n").as_bytes())
+        .expect("write");
+    w.shutdown(Shutdown::Write).expect("half-close");
+    let mut r = BufReader::new(s);
+    let mut next = || -> Response {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("read");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    assert!(
+        matches!(next(), Response::History { .. }),
+        "attach starts with History"
+    );
+
+    let sent = send(&env, &id, "a question");
+    assert!(done(&sent), "{sent:#?}");
+    let mut seen = Vec::new();
+    loop {
+        match next() {
+            Response::Event {
+                event: Event::Session { event, .. },
+                ..
+            } => {
+                let end = event.ends_run();
+                seen.push(event);
+                if end {
+                    break;
+                }
+            }
+            other => panic!("the attach ended before the run's events: {other:?}"),
+        }
+    }
+    assert_eq!(seen, sent, "the half-closed client sees the whole run");
     fake.assert_protocol_ok();
 }
 
