@@ -38,5 +38,6 @@ pub use client::{Client, ClientError};
 pub use framing::{FrameError, MAX_FRAME};
 pub use types::*;
 
-/// Version of the request/response types. Bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the request/response types. Bumped on any incompatible change
+/// (2: `ContextView::head_from_idx`).
+pub const PROTOCOL_VERSION: u32 = 2;
