@@ -397,13 +397,23 @@ fn rate_limits_do_not_open_the_breaker_and_a_summary_that_does_not_shrink_counts
             .iter()
             .all(|b| b.state == "closed" && b.failures == 0)
     );
-    // A summary longer than what it replaces is a failure.
-    s.fast
-        .push(vec![Reply::text(&"very long summary ".repeat(4_000))]);
+    // A summary longer than what it replaces is a failure, but it was
+    // paid for: 8,000 input tokens at $2 per million, next to the main
+    // call's 9,000 at $1.
+    let (before, _) = history(&s.env, &s.id);
+    s.fast.push(vec![
+        Reply::text(&"very long summary ".repeat(4_000)).usage(8_000, 0),
+    ]);
     s.main.push(vec![Reply::text("Went on.").usage(9_000, 10)]);
     let events = send_logged(&s.env, &s.daemon, &s.id, "Step 5.");
     let (message, _) = failed(&events).expect("compaction failed");
     assert!(message.contains("did not shrink"), "{message}");
+    let (after, _) = history(&s.env, &s.id);
+    let charged = after.cost_usd - before.cost_usd;
+    assert!(
+        (charged - 0.025).abs() < 1e-9,
+        "the failed summary's $0.016 is in the session's cost: {charged}"
+    );
     let status = breaker_status(&s.env);
     assert_eq!(status.len(), 1);
     assert_eq!(status[0].failures, 1);

@@ -67,6 +67,15 @@ struct LlmSummarizer<'a> {
     llm: &'a LlmClient,
     route: Route,
     cancel: CancellationToken,
+    /// Usage of every call that answered, also when the compaction failed
+    /// afterwards (no shrink, a later tier's error): it was paid for.
+    spent: std::sync::Mutex<Usage>,
+}
+
+impl LlmSummarizer<'_> {
+    fn spent(&self) -> Usage {
+        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Summarizer for LlmSummarizer<'_> {
@@ -78,7 +87,11 @@ impl Summarizer for LlmSummarizer<'_> {
                     detail: "cancelled".into(),
                 }),
                 r = self.llm.complete(&self.route, request) => {
-                    r.map(|a| (a.text, a.usage.unwrap_or_default()))
+                    r.map(|a| {
+                        let usage = a.usage.unwrap_or_default();
+                        self.spent.lock().unwrap_or_else(|e| e.into_inner()).add(&usage);
+                        (a.text, usage)
+                    })
                 }
             }
         })
@@ -193,18 +206,20 @@ impl Check<'_> {
             llm: &self.deps.llm,
             route: fast,
             cancel: self.cancel.clone(),
+            spent: std::sync::Mutex::new(Usage::default()),
         };
         let result = summary_step(&input, &summarizer).await;
+        let spent = summarizer.spent();
+        let cost = summarizer.route.primary.profile.cost(&spent);
+        rec.usage.add(&spent);
+        rec.cost_usd += cost;
+        run.summary_cost_usd += cost;
         if self.cancel.is_cancelled() {
             return Checked::Cancelled;
         }
         match result {
             Ok(applied) => {
                 breaker::record(&project, self.workdir, Outcome::Success).await;
-                let cost = summarizer.route.primary.profile.cost(&applied.usage);
-                rec.usage.add(&applied.usage);
-                rec.cost_usd += cost;
-                run.summary_cost_usd += cost;
                 self.applied(rec, applied, started)
             }
             Err(CompactError::Nothing) if force && tokens < budget.effective => {
