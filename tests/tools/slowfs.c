@@ -7,6 +7,7 @@
  * --dir on this filesystem shows the ratios where a flush costs what a
  * real disk's does. Not built by the tests or CI.
  *
+ *   apt-get install libfuse3-dev fuse3     # Debian; run as root (FUSE mount)
  *   cc -O2 -o /tmp/slowfs tests/tools/slowfs.c $(pkg-config --cflags --libs fuse3)
  *   mkdir -p /tmp/slow-backing /tmp/slow
  *   SLOWFS_BACKING=/tmp/slow-backing SLOWFS_DELAY_US=1000 /tmp/slowfs /tmp/slow
