@@ -397,8 +397,6 @@ async fn session_cancel(id: &str, ctx: &Ctx) -> Result<Response, Reject> {
     Ok(Response::Session { session })
 }
 
-/// Streams a subscription's events; with `until_run_end`, stops after the
-/// event that ends a run.
 /// How often a half-closed attached client is checked for a hang-up.
 const HANGUP_CHECK: Duration = Duration::from_secs(5);
 
@@ -424,10 +422,13 @@ async fn peer_done(sink: &Sink) {
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
             )
         };
-        if n > 0 || hung_up(fd) {
+        if n > 0 {
             return;
         }
         if n == 0 {
+            if hung_up(fd) {
+                return;
+            }
             break;
         }
         let err = std::io::Error::last_os_error();
@@ -457,6 +458,8 @@ fn hung_up(fd: std::os::fd::RawFd) -> bool {
     n < 0 || p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
+/// Streams a subscription's events; with `until_run_end`, stops after the
+/// event that ends a run.
 async fn forward_events(
     id: &str,
     mut sub: Subscription,

@@ -73,8 +73,8 @@ struct LlmSummarizer<'a> {
 }
 
 impl LlmSummarizer<'_> {
-    fn spent(&self) -> Usage {
-        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    fn spent(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.spent.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -89,7 +89,7 @@ impl Summarizer for LlmSummarizer<'_> {
                 r = self.llm.complete(&self.route, request) => {
                     r.map(|a| {
                         let usage = a.usage.unwrap_or_default();
-                        self.spent.lock().unwrap_or_else(|e| e.into_inner()).add(&usage);
+                        self.spent().add(&usage);
                         (a.text, usage)
                     })
                 }
@@ -209,7 +209,7 @@ impl Check<'_> {
             spent: std::sync::Mutex::new(Usage::default()),
         };
         let result = summary_step(&input, &summarizer).await;
-        let spent = summarizer.spent();
+        let spent = *summarizer.spent();
         let cost = summarizer.route.primary.profile.cost(&spent);
         rec.usage.add(&spent);
         rec.cost_usd += cost;
