@@ -8,5 +8,6 @@ mod guards;
 mod lifecycle;
 mod plans;
 mod providers;
+mod secret_guard;
 mod sessions;
 mod systemd;
