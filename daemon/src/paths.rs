@@ -1,4 +1,4 @@
-//! Where the state directory and the config file are (DESIGN section 2).
+//! Where the state directory and the config file are (docs/design.md, "Paths").
 //! The control socket's path is resolved in flyto-protocol, shared with
 //! clients.
 
