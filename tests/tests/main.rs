@@ -8,5 +8,6 @@ mod guards;
 mod lifecycle;
 mod plans;
 mod providers;
+mod scope;
 mod sessions;
 mod systemd;
