@@ -101,3 +101,33 @@ fn a_nested_step_cannot_leave_its_scope_for_the_main_socket() {
         zombie_children(daemon.pid()).is_empty().then_some(())
     });
 }
+
+/// An agent's `bash` is confined whatever the session's depth: neither
+/// form reaches the main socket.
+#[test]
+fn an_agents_bash_cannot_reach_the_main_socket() {
+    use flyto_tests::fake_llm::Reply;
+    use flyto_tests::sessions_support::{
+        done, new_session, request_tool_result, send, setup, workdir,
+    };
+    let ctl = bin("flytoctl").display().to_string();
+    let command = format!(
+        "env -u FLYTO_PLAN_SOCK {ctl} session_list; echo unset=$?; \
+         {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?"
+    );
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("call_escape", "bash", serde_json::json!({ "command": command })),
+        Reply::text("refused, as it should be"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "list every session");
+    assert!(done(&events), "{events:#?}");
+    let content = request_tool_result(&fake.requests()[1], "call_escape");
+    assert!(content.contains("unset=4"), "{content}");
+    assert!(content.contains("socket=4"), "{content}");
+    // Both refused by flytod (not by a missing socket).
+    assert_eq!(content.matches("PermissionDenied").count(), 2, "{content}");
+    assert!(content.contains("FLYTO_PLAN_SOCK"), "{content}");
+    assert!(!content.contains(&id), "the session list leaked: {content}");
+}
