@@ -624,3 +624,25 @@ fn state_is_private_whatever_the_umask_and_steps_keep_the_umask() {
         }
     }
 }
+
+/// Plan sockets a crashed flytod left behind are removed at start; one
+/// that another process still serves is kept.
+#[test]
+fn stale_plan_sockets_are_removed_at_start() {
+    let env = TestEnv::new(DRAIN);
+    let dir = env.sock.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stale = dir.join("plan-p41.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    let live = dir.join("plan-s7.sock");
+    let _listener = UnixListener::bind(&live).unwrap();
+    let other = dir.join("notes.sock");
+    drop(UnixListener::bind(&other).unwrap());
+
+    let daemon = env.start();
+    assert!(!stale.exists(), "{}", daemon.log());
+    assert!(daemon.log().contains("removing stale plan socket"), "{}", daemon.log());
+    assert!(live.exists(), "a socket that answers is kept");
+    assert!(other.exists(), "only plan sockets are flytod's");
+}
