@@ -145,7 +145,7 @@ async fn connection(
     if r.read(&mut first).await? == 0 {
         return Ok(());
     }
-    let mode = if first[0] == b'{' {
+    let mode = if framing::starts_json_line(first[0]) {
         Mode::Json
     } else {
         Mode::Binary
@@ -167,6 +167,12 @@ async fn connection(
                 ),
             )
             .await;
+    }
+    // Only the main socket: a scoped one is where confined processes belong.
+    if sink.scope.is_none()
+        && let Some(message) = crate::peer::refusal(peer.and_then(|c| c.pid()))
+    {
+        return sink.error(ErrorCode::PermissionDenied, message).await;
     }
     if !admitted {
         return sink

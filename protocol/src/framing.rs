@@ -112,6 +112,14 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, FrameError> {
     Ok(got)
 }
 
+/// Whether a connection whose first byte is `first` speaks JSON lines: an
+/// object's `{`, or the whitespace a script may send before it. No binary
+/// frame starts so: its first byte is the top byte of a length of at most
+/// [`MAX_FRAME`] (0 or 1).
+pub fn starts_json_line(first: u8) -> bool {
+    first == b'{' || first.is_ascii_whitespace()
+}
+
 /// One JSON line (with the trailing newline).
 pub fn json_line<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     let mut out = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;

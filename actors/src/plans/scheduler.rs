@@ -582,6 +582,7 @@ impl SchedulerState {
             log_path,
             log_max: config.log_max_bytes,
             tail_max: config.output_tail_bytes,
+            confined: ap.rec.depth >= 1,
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         ap.running.insert(step_id.clone(), cancel_tx);
