@@ -9,7 +9,7 @@ use crate::progress::QuietSink;
 use crate::watch;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
-use flyto_protocol::{PlanState, PlanView, Request, Response};
+use flyto_protocol::{ClientError, ErrorCode, PlanState, PlanView, Request, Response};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -37,7 +37,7 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "SECS", value_parser = plan_file::parse_timeout, requires = "one_step")]
     pub timeout: Option<u64>,
 
-    /// Working directory of the step [default for --run: the current directory]
+    /// Working directory of the step [default: the current directory]
     #[arg(long, value_name = "DIR", requires = "one_step")]
     pub workdir: Option<PathBuf>,
 
@@ -57,10 +57,16 @@ pub struct SubmitArgs {
     /// stderr) and exit with its outcome instead of printing the id
     #[arg(long)]
     pub wait: bool,
+
+    /// Set a variable in every step's environment (repeatable; over the
+    /// file's plan-level `env`, under a step's own). PATH, VIRTUAL_ENV,
+    /// CONDA_PREFIX and CONDA_DEFAULT_ENV are taken from yours unless set
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = plan_file::parse_env)]
+    pub env: Vec<(String, String)>,
 }
 
 pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
-    let plan = if args.run.is_some() || args.prompt.is_some() {
+    let mut plan = if args.run.is_some() || args.prompt.is_some() {
         plan_file::one_step(OneStep {
             run: args.run,
             prompt: args.prompt,
@@ -73,12 +79,14 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
     } else {
         plan_file::load(args.file.as_deref())?
     };
+    plan_file::add_env(&mut plan, args.env, |k| std::env::var(k).ok());
     let mut client = ctx.connect()?;
     let req = Request::SubmitPlan {
         plan,
         idempotency_key: args.idempotency_key,
     };
-    let (id, duplicate) = match conn::call(&mut client, &req)? {
+    let answer = conn::call(&mut client, &req).map_err(invalid_plan_is_usage)?;
+    let (id, duplicate) = match answer {
         Response::PlanSubmitted { id, duplicate } => (id, duplicate),
         other => return Err(conn::unexpected("submit_plan", &other)),
     };
@@ -103,6 +111,18 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
     ))?;
     report_outcome(&plan);
     Ok(exit::plan_outcome(plan.state))
+}
+
+/// A plan the daemon finds invalid (a `BadRequest`) is a usage error like
+/// one flytoctl finds itself: exit 2, whichever side noticed.
+fn invalid_plan_is_usage(err: anyhow::Error) -> anyhow::Error {
+    match err.downcast_ref::<ClientError>() {
+        Some(ClientError::Remote {
+            code: ErrorCode::BadRequest,
+            message,
+        }) => exit::usage(format!("the plan is not valid: {message}")),
+        _ => err,
+    }
 }
 
 /// The tails as they were, with a newline added only where one step's

@@ -45,6 +45,14 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// Where a plan submitted through this socket goes: one level deeper.
+    fn child(&self) -> Origin {
+        Origin {
+            chain: self.chain.clone(),
+            depth: self.depth + 1,
+        }
+    }
+
     /// Refuses what a scoped socket does not serve.
     fn check(&self, req: &Request, ctx: &Ctx) -> Result<(), Reject> {
         let id = match req {
@@ -52,14 +60,16 @@ impl Scope {
             | Request::Ping {}
             | Request::SubmitPlan { .. }
             | Request::PlanList { .. } => return Ok(()),
-            Request::PlanStatus { id } | Request::PlanWatch { id } | Request::PlanCancel { id } => {
-                id
-            }
+            Request::PlanStatus { id }
+            | Request::PlanWatch { id }
+            | Request::PlanCancel { id }
+            | Request::PlanRestart { id }
+            | Request::PlanRemove { id } => id,
             other => {
                 return Err(Reject::new(
                     ErrorCode::PermissionDenied,
                     format!(
-                        "{} is not served here: this socket ({}'s FLYTO_PLAN_SOCK) serves plan requests only (submit_plan, plan_status, plan_watch, plan_cancel, plan_list, ping)",
+                        "{} is not served here: this socket ({}'s FLYTO_PLAN_SOCK) serves plan requests only (submit_plan, plan_status, plan_watch, plan_cancel, plan_list, plan_restart, plan_remove, ping)",
                         other.op(),
                         self.owner
                     ),
@@ -613,10 +623,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     "flytod is shutting down: submit the plan again once it has restarted",
                 ))
             } else {
-                let origin = sink.scope.as_ref().map(|s| Origin {
-                    chain: s.chain.clone(),
-                    depth: s.depth + 1,
-                });
+                let origin = sink.scope.as_deref().map(Scope::child);
                 ask(ctx, |reply| SchedulerMsg::Submit {
                     plan,
                     idempotency_key,
@@ -642,12 +649,25 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             }
             .map(|plans| Response::Plans { plans })
         }
-        Request::PlanCancel { id } => {
-            let key = id.clone();
-            ask(ctx, |reply| SchedulerMsg::Cancel { id: key, reply })
+        Request::PlanCancel { id } => ask(ctx, |reply| SchedulerMsg::Cancel { id, reply })
+            .await
+            .map(|c| Response::PlanCancelled {
+                id: c.id,
+                state: c.state,
+                already_finished: c.already_finished,
+            }),
+        Request::PlanRestart { id } => {
+            let origin = sink.scope.as_deref().map(Scope::child);
+            ask(ctx, |reply| SchedulerMsg::Restart { id, origin, reply })
                 .await
-                .map(|state| Response::PlanCancelled { id, state })
+                .map(|id| Response::PlanSubmitted {
+                    id,
+                    duplicate: false,
+                })
         }
+        Request::PlanRemove { id } => ask(ctx, |reply| SchedulerMsg::Remove { id, reply })
+            .await
+            .map(|id| Response::PlanRemoved { id }),
         Request::PlanWatch { id } => return watch(&id, sink, ctx).await,
         Request::SessionNew {
             name,
@@ -764,6 +784,7 @@ async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
                 }
             };
             terminal |= next.state.is_terminal();
+            let next = ctx.reader.place(next);
             if next.revision > last {
                 last = next.revision;
                 sink.send(&Response::Event {

@@ -209,6 +209,7 @@ mod tests {
         let plan = PlanSpec {
             name: Some("p".into()),
             steps: vec![step],
+            env: [("PATH".to_string(), "/bin".to_string())].into(),
         };
         let view = PlanView {
             id: "p1".into(),
@@ -237,6 +238,9 @@ mod tests {
                 stderr_tail: String::new(),
                 log_path: Some("/x".into()),
             }],
+            waiting: Some("queued".into()),
+            queue_position: Some(2),
+            restarted_from: Some("p0".into()),
         };
         let requests = vec![
             Request::Hello {
@@ -286,6 +290,8 @@ mod tests {
                 project: Some("0123456789abcdef".into()),
             },
             Request::BreakerReset { project: None },
+            Request::PlanRestart { id: "p1".into() },
+            Request::PlanRemove { id: "nightly".into() },
         ];
         let session = SessionView {
             id: "s1".into(),
@@ -416,12 +422,15 @@ mod tests {
                     finished_ms: None,
                     steps_total: 2,
                     steps_done: 1,
+                    queue_position: Some(1),
                 }],
             },
             Response::PlanCancelled {
                 id: "p1".into(),
                 state: PlanState::Cancelled,
+                already_finished: true,
             },
+            Response::PlanRemoved { id: "p1".into() },
             Response::Event {
                 seq: 9,
                 event: Event::PlanUpdated { plan: view },

@@ -249,7 +249,11 @@ fn run_step(id: &str, deps: &[&str]) -> StepSpec {
 }
 
 fn plan(steps: Vec<StepSpec>) -> PlanSpec {
-    PlanSpec { name: None, steps }
+    PlanSpec {
+        name: None,
+        steps,
+        env: Default::default(),
+    }
 }
 
 #[test]
@@ -312,7 +316,7 @@ fn invalid_plans_are_refused_with_the_reason() {
 }
 
 #[test]
-fn flytoctl_reports_refused_plans_with_exit_code_4() {
+fn invalid_plans_in_valid_files_exit_2_naming_the_file() {
     let (env, _daemon, id) = setup(FAST);
     let cases = [
         (
@@ -340,8 +344,9 @@ fn flytoctl_reports_refused_plans_with_exit_code_4() {
         let path = env.work.join(name);
         std::fs::write(&path, text).expect("write plan");
         let out = env.ctl(&["submit_plan", path.to_str().expect("utf8")]);
-        assert_eq!(out.code, 4, "{name}: {} {}", out.stdout, out.stderr);
-        assert!(out.stderr.contains("BadRequest"), "{name}: {}", out.stderr);
+        // An invalid plan file is a usage error, whichever side notices.
+        assert_eq!(out.code, 2, "{name}: {} {}", out.stdout, out.stderr);
+        assert!(out.stderr.contains(name), "{name}: {}", out.stderr);
         assert!(out.stderr.contains(want), "{name}: {}", out.stderr);
         assert!(out.stdout.is_empty(), "{name}: {}", out.stdout);
     }

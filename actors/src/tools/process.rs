@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use std::os::fd::AsRawFd;
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// The open-files soft limit flytod started with; children get it back.
 static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
@@ -319,11 +320,12 @@ pub async fn run(
     spawned(pgid);
 
     let (chunks_tx, chunks_rx) = mpsc::channel::<(Stream, Vec<u8>)>(16);
+    let (ended_tx, ended_rx) = watch::channel(false);
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(pump(out, Stream::Out, chunks_tx.clone()));
+        tokio::spawn(pump(out, Stream::Out, chunks_tx.clone(), ended_rx.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(pump(err, Stream::Err, chunks_tx.clone()));
+        tokio::spawn(pump(err, Stream::Err, chunks_tx.clone(), ended_rx));
     }
     drop(chunks_tx);
     let collector = tokio::spawn(collect(chunks_rx, spec.clone()));
@@ -333,6 +335,10 @@ pub async fn run(
     drop(entry);
     // Whatever the leader did, nothing of its group outlives the step.
     kill_group(pgid, libc::SIGKILL);
+    // A process that left the group (`setsid cmd &`) may hold the pipes
+    // open for as long as it lives: the step ends with the shell, so the
+    // pumps take what is in the pipes now and stop.
+    let _ = ended_tx.send(true);
     let captured = match tokio::time::timeout(Duration::from_secs(5), collector).await {
         Ok(Ok(c)) => c,
         _ => Captured::default(),
@@ -440,16 +446,46 @@ enum Stream {
     Err,
 }
 
-async fn pump<R: AsyncRead + Unpin>(mut r: R, which: Stream, tx: mpsc::Sender<(Stream, Vec<u8>)>) {
+/// Forwards what `r` yields until its end of file, or until `ended` says
+/// the step is over: then it drains what is already in the pipe (all the
+/// step's processes wrote before they died) and stops, without waiting for
+/// a writer that outlives the step.
+async fn pump<R: AsyncRead + AsRawFd + Unpin>(
+    mut r: R,
+    which: Stream,
+    tx: mpsc::Sender<(Stream, Vec<u8>)>,
+    mut ended: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if tx.send((which, buf[..n].to_vec())).await.is_err() {
-                    return;
+        tokio::select! {
+            biased;
+            read = r.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.send((which, buf[..n].to_vec())).await.is_err() {
+                        return;
+                    }
                 }
-            }
+            },
+            _ = ended.changed() => break,
+        }
+    }
+    // tokio keeps child pipes non-blocking, so this read never waits; it
+    // does not depend on the reactor having seen the data yet.
+    let fd = r.as_raw_fd();
+    loop {
+        // SAFETY: `fd` is the open pipe `r` owns for this whole loop, and
+        // `buf` is a valid writable buffer of `buf.len()` bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        if tx.send((which, buf[..n as usize].to_vec())).await.is_err() {
+            return;
         }
     }
 }
@@ -549,6 +585,18 @@ mod tests {
         s.timeout = Duration::from_millis(100);
         let out = run(s, rx, |_| {}).await;
         assert_eq!(out.exit, Exit::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn a_detached_child_holding_stdout_does_not_hold_the_step() {
+        let (_tx, rx) = oneshot::channel();
+        // Longer than the collector's 5 s bound, which would leave the tail
+        // empty if the pumps waited for the end of file.
+        let mut s = spec("setsid sleep 8 & echo started");
+        s.tail_max = 64;
+        let out = run(s, rx, |_| {}).await;
+        assert_eq!(out.exit, Exit::Code(0));
+        assert_eq!(out.stdout_tail, "started\n");
     }
 
     #[test]
