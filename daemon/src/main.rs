@@ -64,7 +64,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check the config file and print where it is; exit 1 if it is invalid.
+    /// Check the config file and print where it is; exit 1 if it is invalid
+    /// or plans.default_workdir does not exist. Warns about api_key_env
+    /// variables that are not set.
     CheckConfig,
 }
 
