@@ -199,7 +199,9 @@ pub fn check_log_level(value: &str) -> anyhow::Result<()> {
     let each_has_level = !value.trim().is_empty()
         && value.split(',').all(|d| {
             let d = d.trim();
-            is_level(d) || d.rsplit_once('=').is_some_and(|(t, l)| !t.is_empty() && is_level(l))
+            is_level(d)
+                || d.rsplit_once('=')
+                    .is_some_and(|(t, l)| !t.is_empty() && is_level(l))
         });
     if each_has_level && tracing_subscriber::EnvFilter::try_new(value).is_ok() {
         return Ok(());
@@ -335,7 +337,13 @@ mod tests {
 
     #[test]
     fn log_levels_and_directives_are_accepted_and_anything_else_refused() {
-        for ok in ["info", "DEBUG", "flyto_actors=debug,info", "warn,flytod=trace", "off"] {
+        for ok in [
+            "info",
+            "DEBUG",
+            "flyto_actors=debug,info",
+            "warn,flytod=trace",
+            "off",
+        ] {
             check_log_level(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
         for bad in ["loud", "", "flyto_actors", "info,verbose", "x=loud"] {

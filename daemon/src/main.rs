@@ -30,15 +30,15 @@ use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
 use flyto_actors::tools::Registry;
 use flyto_actors::tools::bash::SharedPolicy;
 use flyto_actors::{Clock, SystemClock};
+use futures_util::StreamExt;
 use plan_sockets::DaemonPlanSockets;
 use ractor::{Actor, ActorRef};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use futures_util::StreamExt;
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 
 #[derive(Parser)]
 #[command(
@@ -64,7 +64,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check the config file and print where it is; exit 1 if it is invalid.
+    /// Check the config file and print where it is; exit 1 if it is invalid
+    /// or plans.default_workdir does not exist. Warns about api_key_env
+    /// variables that are not set.
     CheckConfig,
 }
 
@@ -354,10 +356,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             *c = new.config.session_config(&socket_path);
                         }
                         if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
-                            let _ = ActorRef::<SchedulerMsg>::from(cell).cast(SchedulerMsg::Reconfigure(pc));
+                            let _ = ActorRef::<SchedulerMsg>::from(cell)
+                                .cast(SchedulerMsg::Reconfigure(pc));
                         }
                         tracing::info!("config reloaded from {}", new.path.display());
-                        notify::status(&format!("serving {} (config reloaded)", bound.path.display()));
+                        notify::status(&format!(
+                            "serving {} (config reloaded)",
+                            bound.path.display()
+                        ));
                     }
                     Err(e) => {
                         tracing::error!("config reload failed, keeping the running config: {e:#}");

@@ -67,13 +67,14 @@ pub fn make_private(dir: &Path) -> anyhow::Result<()> {
         let mode = meta.permissions().mode() & 0o7777;
         let private = if meta.is_dir() { 0o700 } else { mode & 0o700 };
         if mode != private {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(private))
-                .with_context(|| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)).with_context(
+                || {
                     format!(
                         "cannot make {} private ({private:o}): fix its owner or mode",
                         path.display()
                     )
-                })?;
+                },
+            )?;
         }
         Ok(())
     };

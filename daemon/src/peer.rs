@@ -63,7 +63,11 @@ pub fn refusal(pid: Option<i32>) -> Option<String> {
         }
         Origin::Gone => "the connecting process exited before flytod could check it",
     };
-    tracing::warn!(peer_pid = pid, ?origin, "refused a connection on the control socket");
+    tracing::warn!(
+        peer_pid = pid,
+        ?origin,
+        "refused a connection on the control socket"
+    );
     Some(format!(
         "flytod does not serve this connection on its control socket: {why}. Use the socket in FLYTO_PLAN_SOCK (flytoctl does when it is set and --socket is not given); it serves plan requests for this chain"
     ))
@@ -124,7 +128,9 @@ fn attribute(pid: i32, st: &ProcStat, spawns: &SpawnTable) -> Origin {
 
 fn known_outside(pid: i32, start_time: u64) -> bool {
     let known = OUTSIDE.lock().unwrap_or_else(|p| p.into_inner());
-    known.as_ref().is_some_and(|k| k.contains(&(pid, start_time)))
+    known
+        .as_ref()
+        .is_some_and(|k| k.contains(&(pid, start_time)))
 }
 
 fn remember_outside(walked: &[(i32, u64)]) {

@@ -625,7 +625,10 @@ fn an_invalid_log_level_is_refused_naming_the_valid_forms() {
             Err(log) => log,
         };
         for want in &wants {
-            assert!(stderr.contains(want.as_str()), "{want} missing from:\n{stderr}");
+            assert!(
+                stderr.contains(want.as_str()),
+                "{want} missing from:\n{stderr}"
+            );
             assert!(log.contains(want.as_str()), "{want} missing from:\n{log}");
         }
     }
@@ -650,12 +653,18 @@ fn check_config_checks_the_default_workdir_and_warns_about_unset_keys() {
     assert!(stderr.contains("plans.default_workdir"), "{stderr}");
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
     assert!(stderr.contains("warning: models.m.api_key_env"), "{stderr}");
-    assert!(stderr.contains("FLYTO_TEST_UNSET_KEY is not set"), "{stderr}");
+    assert!(
+        stderr.contains("FLYTO_TEST_UNSET_KEY is not set"),
+        "{stderr}"
+    );
 
     std::fs::create_dir_all(&missing).unwrap();
     let (code, stdout, stderr) = flytod(&env, &["check-config"]);
     assert_eq!(code, 0, "{stdout} {stderr}");
-    assert!(stderr.contains("FLYTO_TEST_UNSET_KEY is not set"), "{stderr}");
+    assert!(
+        stderr.contains("FLYTO_TEST_UNSET_KEY is not set"),
+        "{stderr}"
+    );
     assert!(stdout.contains("config OK"), "{stdout}");
 }
 
@@ -680,15 +689,19 @@ fn the_no_model_hint_names_the_config_file_in_use() {
 #[test]
 fn json_mode_tolerates_leading_whitespace_and_answers_bad_lines_in_json() {
     let (env, _daemon, id) = setup(FAST);
-    for opening in ["  {\"ping\":{}}\n", "\n\n {\"ping\":{}}\n", "\t{\"ping\":{}}\n"] {
+    for opening in [
+        "  {\"ping\":{}}\n",
+        "\n\n {\"ping\":{}}\n",
+        "\t{\"ping\":{}}\n",
+    ] {
         let s = raw(&env);
         let mut w = s.try_clone().expect("clone");
         let mut r = BufReader::new(s);
         w.write_all(opening.as_bytes()).expect("write");
         let mut answer = String::new();
         r.read_line(&mut answer).expect("read");
-        let resp: Response =
-            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{opening:?}: {e}: {answer:?}"));
+        let resp: Response = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("{opening:?}: {e}: {answer:?}"));
         assert!(matches!(resp, Response::Pong { .. }), "{resp:?}");
     }
     let s = raw(&env);
@@ -696,7 +709,8 @@ fn json_mode_tolerates_leading_whitespace_and_answers_bad_lines_in_json() {
     let mut r = BufReader::new(s);
     w.write_all(b" not json at all\n{\"plan_status\":{\"id\":\"")
         .expect("write");
-    w.write_all(format!("{id}\"}}}}\n").as_bytes()).expect("write");
+    w.write_all(format!("{id}\"}}}}\n").as_bytes())
+        .expect("write");
     let mut answer = String::new();
     r.read_line(&mut answer).expect("read");
     let value: serde_json::Value =

@@ -579,7 +579,12 @@ fn state_is_private_whatever_the_umask_and_steps_keep_the_umask() {
         std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
 
         let mut cmd = Command::new(bin("flytod"));
-        for var in ["FLYTO_PLAN_SOCK", "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID"] {
+        for var in [
+            "FLYTO_PLAN_SOCK",
+            "NOTIFY_SOCKET",
+            "LISTEN_FDS",
+            "LISTEN_PID",
+        ] {
             cmd.env_remove(var);
         }
         cmd.envs(env.vars())
@@ -595,7 +600,10 @@ fn state_is_private_whatever_the_umask_and_steps_keep_the_umask() {
         }
         let _daemon = KillOnDrop(cmd.spawn().expect("spawn flytod"));
         wait_until("flytod to serve", DEADLINE, || {
-            Client::connect(&env.sock).ok()?.call(&Request::Ping {}).ok()
+            Client::connect(&env.sock)
+                .ok()?
+                .call(&Request::Ping {})
+                .ok()
         });
 
         let id = env.submit(TestEnv::run_plan(
@@ -610,11 +618,15 @@ fn state_is_private_whatever_the_umask_and_steps_keep_the_umask() {
         assert_eq!(mode(&env.state), 0o700, "umask {mask:o}: the state dir");
         let tree = tree_modes(&env.state);
         assert!(
-            tree.iter().any(|(p, _, _)| p.starts_with(env.state.join("logs"))),
+            tree.iter()
+                .any(|(p, _, _)| p.starts_with(env.state.join("logs"))),
             "no step log under {}: {tree:?}",
             env.state.display()
         );
-        assert!(tree.iter().any(|(p, _, _)| p.starts_with(env.state.join("db"))));
+        assert!(
+            tree.iter()
+                .any(|(p, _, _)| p.starts_with(env.state.join("db")))
+        );
         for (path, m, is_dir) in &tree {
             if *is_dir {
                 assert_eq!(*m, 0o700, "umask {mask:o}: {}", path.display());
@@ -642,7 +654,11 @@ fn stale_plan_sockets_are_removed_at_start() {
 
     let daemon = env.start();
     assert!(!stale.exists(), "{}", daemon.log());
-    assert!(daemon.log().contains("removing stale plan socket"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("removing stale plan socket"),
+        "{}",
+        daemon.log()
+    );
     assert!(live.exists(), "a socket that answers is kept");
     assert!(other.exists(), "only plan sockets are flytod's");
 }

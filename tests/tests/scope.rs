@@ -10,7 +10,8 @@ use flyto_tests::flyto_protocol::{PlanState, PlanSummary, Request, Response};
 use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
 
 /// Child plans must run while their parent waits (`--wait`).
-const CONFIG: &str = "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nmax_parallel_plans = 4\nkill_grace = \"200ms\"\n";
+const CONFIG: &str =
+    "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nmax_parallel_plans = 4\nkill_grace = \"200ms\"\n";
 
 fn plans(env: &TestEnv) -> Vec<PlanSummary> {
     match env
@@ -92,10 +93,7 @@ fn a_nested_step_cannot_leave_its_scope_for_the_main_socket() {
             .filter(|t| t.contains("detached="))
     });
     assert!(detached_out.contains("detached=4"), "{detached_out}");
-    assert!(
-        detached_out.contains("detached itself"),
-        "{detached_out}"
-    );
+    assert!(detached_out.contains("detached itself"), "{detached_out}");
     // flytod adopted it (as subreaper) and reaped it when it exited.
     wait_until("flytod to reap the orphans it adopted", DEADLINE, || {
         zombie_children(daemon.pid()).is_empty().then_some(())
@@ -116,7 +114,11 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
          {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?"
     );
     let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_escape", "bash", serde_json::json!({ "command": command })),
+        Reply::tool_call(
+            "call_escape",
+            "bash",
+            serde_json::json!({ "command": command }),
+        ),
         Reply::text("refused, as it should be"),
     ]);
     let dir = workdir(&env, "ws");

@@ -359,7 +359,11 @@ impl BreakerState {
     /// The project `p` names: its id, an unambiguous prefix of one, or its
     /// workdir (a trailing `/` is ignored).
     fn find(&self, p: &str) -> Result<String, Reject> {
-        let dir = if p.len() > 1 { p.trim_end_matches('/') } else { p };
+        let dir = if p.len() > 1 {
+            p.trim_end_matches('/')
+        } else {
+            p
+        };
         if let Some(r) = self
             .records
             .values()
@@ -1031,7 +1035,11 @@ mod tests {
             env.fail(d, "boom").await;
         }
         let (px, py) = (project_id(&x), project_id(&y));
-        let shared = px.chars().zip(py.chars()).take_while(|(a, b)| a == b).count();
+        let shared = px
+            .chars()
+            .zip(py.chars())
+            .take_while(|(a, b)| a == b)
+            .count();
         let err = env.reset(Some(&px[..shared])).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::BadRequest);
         for want in [px.as_str(), py.as_str(), x.as_str(), y.as_str()] {
@@ -1046,7 +1054,10 @@ mod tests {
             env.reset(Some(&format!("{WD}/"))).await,
             Ok(vec![project_id(WD)])
         );
-        assert_eq!(env.reset(Some("")).await.unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(
+            env.reset(Some("")).await.unwrap_err().code,
+            ErrorCode::NotFound
+        );
         assert_eq!(env.reset(Some(&py)).await, Ok(vec![py.clone()]));
     }
 
