@@ -178,13 +178,16 @@ impl SledPlanStore {
     }
 
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, body| {
-            match found {
+        decode_record(
+            PlanKey(id),
+            bytes,
+            PLAN_FORMAT_VERSION,
+            |found, body| match found {
                 1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
                 2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
                 _ => Err(format!("no migration from plan format {found}")),
-            }
-        })
+            },
+        )
     }
 }
 
