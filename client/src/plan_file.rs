@@ -376,7 +376,11 @@ workdir = "sub"
         resolve_workdirs(&mut plan, base, cwd, home).unwrap();
         assert_eq!(plan.steps[0].workdir.as_deref(), Some("/here"));
         assert_eq!(plan.steps[1].workdir.as_deref(), Some("/srv/plans/sub"));
-        for (dir, want) in [("/abs", "/abs"), ("~", "/home/me"), ("~/src/x", "/home/me/src/x")] {
+        for (dir, want) in [
+            ("/abs", "/abs"),
+            ("~", "/home/me"),
+            ("~/src/x", "/home/me/src/x"),
+        ] {
             plan.steps[0].workdir = Some(dir.into());
             resolve_workdirs(&mut plan, base, cwd, home).unwrap();
             assert_eq!(plan.steps[0].workdir.as_deref(), Some(want));
@@ -389,9 +393,8 @@ workdir = "sub"
     fn env_layers_captured_then_file_then_flags() {
         let text = "[env]\nPATH = \"/file/bin\"\nA = \"file\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nenv = { A = \"step\" }\n";
         let mut plan = parse("p.toml", text, Format::Toml).unwrap();
-        let caller = |k: &str| {
-            matches!(k, "PATH" | "VIRTUAL_ENV" | "HOME").then(|| format!("caller-{k}"))
-        };
+        let caller =
+            |k: &str| matches!(k, "PATH" | "VIRTUAL_ENV" | "HOME").then(|| format!("caller-{k}"));
         add_env(&mut plan, vec![("B".into(), "flag".into())], caller);
         let env: Vec<(&str, &str)> = plan
             .env

@@ -291,7 +291,9 @@ mod tests {
             },
             Request::BreakerReset { project: None },
             Request::PlanRestart { id: "p1".into() },
-            Request::PlanRemove { id: "nightly".into() },
+            Request::PlanRemove {
+                id: "nightly".into(),
+            },
         ];
         let session = SessionView {
             id: "s1".into(),

@@ -351,3 +351,70 @@ fn an_idempotency_key_still_matches_after_sigkill() {
     assert!(!duplicate);
     assert_eq!(cancel(&env, &blocker), PlanState::Cancelled);
 }
+
+/// A step stopped by a shutdown says so, with how long it really ran, and
+/// runs again when flytod starts (or fails for good without attempts left).
+#[test]
+fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
+    let env = TestEnv::new(&format!("{FAST}max_parallel_plans = 2\n"));
+    let mut daemon = env.start();
+    let (mark, go) = (env.work.join("mark"), env.work.join("go"));
+    let again = env.submit(PlanSpec {
+        name: None,
+        env: Default::default(),
+        steps: vec![StepSpec {
+            id: "job".into(),
+            run: Some(format!(
+                "if [ -e {mark} ]; then while [ ! -e {go} ]; do sleep 0.05; done; else touch {mark}; exec sleep 300; fi",
+                mark = mark.display(),
+                go = go.display()
+            )),
+            max_attempts: Some(2),
+            ..Default::default()
+        }],
+    });
+    let last = env.submit(PlanSpec {
+        name: None,
+        env: Default::default(),
+        steps: vec![StepSpec {
+            id: "job".into(),
+            run: Some("exec sleep 300".into()),
+            max_attempts: Some(1),
+            ..Default::default()
+        }],
+    });
+    for id in [&again, &last] {
+        env.wait_plan(id, "step running", |p| {
+            p.steps[0].state == StepState::Running
+        });
+    }
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(DEADLINE).success());
+
+    let _daemon = env.start();
+    let view = env.wait_plan(&last, "failed", |p| p.state == PlanState::Failed);
+    let step = &view.steps[0];
+    let error = step.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("interrupted: flytod shut down during attempt 1 of max_attempts = 1"),
+        "{step:?}"
+    );
+    // It ran until the shutdown grace (1 s) was over, not 0.
+    let ran = step
+        .finished_ms
+        .unwrap_or(0)
+        .saturating_sub(step.started_ms.unwrap_or(u64::MAX));
+    assert!(ran >= 1000, "{step:?}");
+
+    let view = env.wait_plan(&again, "attempt 2 running", |p| {
+        p.steps[0].attempts == 2 && p.steps[0].state == StepState::Running
+    });
+    let error = view.steps[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("interrupted: flytod shut down, will run again"),
+        "{view:?}"
+    );
+    std::fs::write(&go, "").expect("go");
+    let view = env.wait_plan(&again, "succeeded", |p| p.state == PlanState::Succeeded);
+    assert_eq!(view.steps[0].error, None);
+}

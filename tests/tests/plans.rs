@@ -645,7 +645,10 @@ fn cancelling_a_pending_plan_is_immediate_and_leaves_the_running_one() {
     // Cancelling a finished plan says so and changes nothing.
     let out = env.ctl(&["plan_cancel", &queued]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.stdout.contains("cancelled"), "{}", out.stdout);
+    assert_eq!(
+        out.stdout,
+        format!("{queued} had already finished (cancelled): nothing to cancel\n")
+    );
 }
 
 #[test]
@@ -1029,4 +1032,396 @@ fn agent_steps_of_a_plan_share_its_session() {
     let second = fake.requests()[1].to_string();
     assert!(second.contains("remember the word kiwi"), "{second}");
     assert!(second.contains("first done"), "{second}");
+}
+
+/// flytoctl run from `dir` (the harness runs it wherever the test runs).
+fn ctl_in(
+    env: &TestEnv,
+    dir: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    let child = Command::new(bin("flytoctl"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("FLYTO_PLAN_SOCK")
+        .envs(env.vars())
+        .envs(extra.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flytoctl");
+    finish_ctl(child, DEADLINE)
+}
+
+/// Kills what a step left running outside its group (`setsid`).
+fn kill_step_leftovers(env: &TestEnv, plan: &str, step: &str) {
+    for pid in step_processes(env, plan, step) {
+        // SAFETY: kill(2) on a pid the test just found with its marker.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Promise 1 of issue 10: a step that submits a plan and waits for it
+/// must not deadlock on the only plan slot, however deep the nesting.
+#[test]
+fn three_levels_of_nested_waiting_plans_finish_with_one_plan_slot() {
+    let env = TestEnv::new(&fast_with("max_parallel_plans = 1\nmax_depth = 3\n"));
+    let _daemon = env.start();
+    let script = env.work.join("nest.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "if [ \"$LEVEL\" -lt 3 ]; then exec {ctl} submit_plan --env LEVEL=$((LEVEL + 1)) --run 'sh {script}' --wait; else echo \"deepest at $LEVEL\"; fi\n",
+            ctl = bin("flytoctl").display(),
+            script = script.display()
+        ),
+    )
+    .expect("script");
+    // With a deadline: a deadlock would otherwise hang the test.
+    let waiting = spawn_ctl(
+        &env,
+        &[
+            "submit_plan",
+            "--env",
+            "LEVEL=0",
+            "--run",
+            &format!("sh {}", script.display()),
+            "--wait",
+        ],
+    );
+    let (code, stdout, stderr) = finish_ctl(waiting, DEADLINE);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "deepest at 3\n");
+    let plans = list(&env, None);
+    assert_eq!(plans.len(), 4, "{plans:?}");
+    assert!(
+        plans.iter().all(|p| p.state == PlanState::Succeeded),
+        "{plans:?}"
+    );
+    let mut depths: Vec<u32> = plans.iter().map(|p| env.status(&p.id).depth).collect();
+    depths.sort_unstable();
+    assert_eq!(depths, [0, 1, 2, 3]);
+}
+
+#[test]
+fn pending_plans_say_what_they_wait_for_and_where_they_are_in_the_queue() {
+    let env = TestEnv::new(&fast_with("max_parallel_plans = 1\n"));
+    let _daemon = env.start();
+    let go = env.work.join("go");
+    let child_go = env.work.join("child-go");
+    // The running plan's step submits two child plans without waiting:
+    // the first takes the chain's child slot, the second waits for it.
+    let child = env.work.join("child.sh");
+    std::fs::write(&child, wait_for_file(&child_go)).expect("script");
+    let parent = env.submit(TestEnv::run_plan(&format!(
+        "{ctl} submit_plan --run 'sh {child}' && {ctl} submit_plan --run 'echo second child' && {}",
+        wait_for_file(&go),
+        ctl = bin("flytoctl").display(),
+        child = child.display()
+    )));
+    env.wait_plan(&parent, "step running", step_running("main"));
+    let children = wait_until("both child plans", DEADLINE, || {
+        let mut kids: Vec<PlanSummary> = list(&env, None)
+            .into_iter()
+            .filter(|p| p.chain == parent && p.id != parent)
+            .collect();
+        kids.sort_by_key(|p| p.id.trim_start_matches('p').parse::<u64>().unwrap_or(0));
+        (kids.len() == 2).then_some(kids)
+    });
+    let (first_child, second_child) = (&children[0].id, &children[1].id);
+    env.wait_plan(first_child, "running in a child slot", step_running("main"));
+    let second = env.submit(TestEnv::run_plan("echo second"));
+    let third = env.submit(TestEnv::run_plan("echo third"));
+
+    let view = env.status(&second);
+    assert_eq!(view.state, PlanState::Pending);
+    assert_eq!(
+        view.waiting.as_deref(),
+        Some(
+            format!(
+                "queued at position 2, waiting for a free plan slot; 1 of 1 in use by {parent}"
+            )
+            .as_str()
+        )
+    );
+    let view = env.status(&third);
+    assert_eq!(view.queue_position, Some(3), "{view:?}");
+    assert_eq!(
+        view.waiting.as_deref(),
+        Some(
+            format!(
+                "queued at position 3, waiting for a free plan slot; 1 of 1 in use by {parent}"
+            )
+            .as_str()
+        )
+    );
+    let view = env.status(second_child);
+    let waiting = view.waiting.clone().unwrap_or_default();
+    assert!(
+        waiting.starts_with(&format!("waiting for {first_child} to finish")),
+        "{view:?}"
+    );
+    // The CLI shows the same, and plan_list the positions.
+    let out = env.ctl(&["plan_status", &third]);
+    assert!(out.stdout.contains("queued at position 3"), "{out:?}");
+    let positions: Vec<(String, Option<u32>)> = list(&env, Some(PlanState::Pending))
+        .into_iter()
+        .map(|p| (p.id, p.queue_position))
+        .collect();
+    assert_eq!(
+        positions,
+        [
+            (third.clone(), Some(3)),
+            (second.clone(), Some(2)),
+            (second_child.clone(), Some(1)),
+        ]
+    );
+    let out = env.ctl(&["plan_list", "--state", "pending"]);
+    assert!(out.stdout.contains("pending #3"), "{out:?}");
+
+    std::fs::write(&child_go, "").expect("go");
+    std::fs::write(&go, "").expect("go");
+    for id in [&parent, first_child, second_child, &second, &third] {
+        let view = env.wait_plan(id, "finished", |p| p.state.is_terminal());
+        assert_eq!(view.state, PlanState::Succeeded, "{view:?}");
+        assert_eq!(view.waiting, None);
+    }
+}
+
+/// Promise 5 of issue 10: a detached child holding the step's stdout.
+#[test]
+fn a_step_ends_with_its_shell_even_when_a_detached_child_holds_its_output() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let out = env.ctl(&[
+        "submit_plan",
+        "--run",
+        "setsid sleep 300 & echo started",
+        "--wait",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // Before, the output waited for the pipe's end (which the sleep holds)
+    // until a bound, then came back empty.
+    assert_eq!(out.stdout, "started\n");
+    let first = list(&env, None)[0].id.clone();
+    kill_step_leftovers(&env, &first, "main");
+
+    // And a cancel of such a step returns with what it printed.
+    let ready = env.work.join("ready");
+    let id = env.submit(TestEnv::run_plan(&format!(
+        "setsid sleep 300 & echo started; touch {}; exec sleep 300",
+        ready.display()
+    )));
+    wait_until("the step to print", DEADLINE, || {
+        ready.exists().then_some(())
+    });
+    let out = env.ctl(&["plan_cancel", &id]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, format!("cancelled {id}\n"));
+    let view = env.status(&id);
+    assert_eq!(view.state, PlanState::Cancelled);
+    assert_eq!(view.steps[0].stdout_tail, "started\n");
+    kill_step_leftovers(&env, &id, "main");
+}
+
+#[test]
+fn steps_run_in_the_submitters_directory_and_file_workdirs_are_relative_to_the_file() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let cwd = env.work.join("here");
+    let plans = env.work.join("plans");
+    std::fs::create_dir_all(plans.join("sub")).expect("dirs");
+    std::fs::create_dir_all(&cwd).expect("dirs");
+    let file = plans.join("dirs.toml");
+    std::fs::write(
+        &file,
+        "[[steps]]\nid = \"none\"\nrun = \"pwd\"\n\n[[steps]]\nid = \"rel\"\nrun = \"pwd\"\nworkdir = \"sub\"\n\n[[steps]]\nid = \"home\"\nrun = \"pwd\"\nworkdir = \"~\"\n",
+    )
+    .expect("plan");
+    let (code, id, err) = ctl_in(&env, &cwd, &["submit_plan", "../plans/dirs.toml"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let view = env.wait_plan(id.trim(), "succeeded", is_state(PlanState::Succeeded));
+    let pwd = |s: &str| step(&view, s).stdout_tail.trim_end().to_string();
+    assert_eq!(pwd("none"), cwd.display().to_string());
+    assert_eq!(pwd("rel"), plans.join("sub").display().to_string());
+    assert_eq!(pwd("home"), env.work.display().to_string());
+
+    // A missing workdir is an invalid plan file: exit 2, nothing sent.
+    std::fs::write(
+        &file,
+        "[[steps]]\nid = \"a\"\nrun = \"pwd\"\nworkdir = \"gone\"\n",
+    )
+    .expect("plan");
+    let (code, _, err) = ctl_in(&env, &cwd, &["submit_plan", "../plans/dirs.toml"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn steps_get_the_plans_env_and_the_submitters_path_and_virtualenv() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let bin_dir = env.work.join("tools");
+    std::fs::create_dir_all(&bin_dir).expect("dir");
+    let tool = bin_dir.join("only-in-my-path");
+    std::fs::write(&tool, "#!/bin/sh\necho found my tool\n").expect("tool");
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let file = env.work.join("env.toml");
+    std::fs::write(
+        &file,
+        "[env]\nA = \"plan\"\nB = \"plan\"\n\n[[steps]]\nid = \"show\"\nrun = 'echo \"$A $B $C $VIRTUAL_ENV\"; only-in-my-path'\nenv = { B = \"step\" }\n",
+    )
+    .expect("plan");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (code, out, err) = ctl_in(
+        &env,
+        &env.work,
+        &["submit_plan", "env.toml", "--env", "C=flag", "--wait"],
+        &[("PATH", &path), ("VIRTUAL_ENV", "/opt/venv")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "plan step flag /opt/venv\nfound my tool\n");
+
+    // Secrets stay out of plans, which are stored and shown.
+    let (code, _, err) = ctl_in(
+        &env,
+        &env.work,
+        &[
+            "submit_plan",
+            "--run",
+            "true",
+            "--env",
+            "GITHUB_TOKEN=ghp_x",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("env `GITHUB_TOKEN` looks like a secret"),
+        "{err}"
+    );
+}
+
+#[test]
+fn plans_are_found_by_name_and_an_idempotency_key_names_one_plan() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let run = |args: &[&str]| {
+        let out = env.ctl(args);
+        assert_eq!(out.code, 0, "{out:?}");
+        out.stdout.trim().to_string()
+    };
+    let nightly = run(&[
+        "submit_plan",
+        "--run",
+        "echo n",
+        "--name",
+        "nightly",
+        "--wait",
+    ]);
+    assert_eq!(nightly, "n");
+    let out = env.ctl(&["plan_status", "nightly", "--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let view: PlanView = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(view.name.as_deref(), Some("nightly"));
+    let out = env.ctl(&["plan_cancel", "nightly"]);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{} had already finished (succeeded): nothing to cancel\n",
+            view.id
+        )
+    );
+
+    let a = run(&["submit_plan", "--run", "true", "--name", "twice"]);
+    let b = run(&["submit_plan", "--run", "true", "--name", "twice"]);
+    env.wait_plan(&b, "finished", |p| p.state.is_terminal());
+    let out = env.ctl(&["plan_status", "twice"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("BadRequest"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("2 plans are named `twice`: {b} (")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(&format!(", {a} (")), "{}", out.stderr);
+
+    let key = ["--idempotency-key", "k-1"];
+    let first = run(&[&["submit_plan", "--run", "echo one"][..], &key].concat());
+    let same = run(&[&["submit_plan", "--run", "echo one"][..], &key].concat());
+    assert_eq!(same, first);
+    let out = env.ctl(&[&["submit_plan", "--run", "echo two"][..], &key].concat());
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("Conflict"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("belongs to plan {first}")),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let counter = env.work.join("runs");
+    let cmd = format!(
+        "echo run >> {}; cat {}",
+        counter.display(),
+        counter.display()
+    );
+    let out = env.ctl(&["submit_plan", "--run", &cmd, "--name", "again", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let old = list(&env, None)[0].id.clone();
+
+    let out = env.ctl(&["plan_restart", "again"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let new = out.stdout.trim().to_string();
+    assert_ne!(new, old);
+    let view = env.wait_plan(&new, "succeeded", is_state(PlanState::Succeeded));
+    assert_eq!(view.restarted_from.as_deref(), Some(old.as_str()));
+    assert_eq!(view.steps[0].stdout_tail, "run\nrun\n");
+    let shown = env.ctl(&["plan_status", &new]);
+    assert!(
+        shown.stdout.contains(&format!("restarted from {old}")),
+        "{shown:?}"
+    );
+
+    // Not while it runs.
+    let running = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&running, "step running", step_running("main"));
+    for op in ["plan_remove", "plan_restart"] {
+        let out = env.ctl(&[op, &running]);
+        assert_eq!(out.code, 4, "{op}: {out:?}");
+        assert!(out.stderr.contains("Conflict"), "{op}: {}", out.stderr);
+        assert!(out.stderr.contains("plan_cancel"), "{op}: {}", out.stderr);
+    }
+    assert_eq!(env.ctl(&["plan_cancel", &running]).code, 0);
+
+    let log_dir = Path::new(view.steps[0].log_path.as_deref().expect("a log"))
+        .parent()
+        .expect("plan log dir")
+        .to_path_buf();
+    assert!(log_dir.is_dir());
+    let out = env.ctl(&["plan_remove", &new]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, format!("removed {new} and its logs\n"));
+    assert!(!log_dir.exists());
+    let out = env.ctl(&["plan_status", &new]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+    // The name now means the one plan left with it.
+    let out = env.ctl(&["plan_status", "again", "--json"]);
+    let left: PlanView = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(left.id, old);
 }

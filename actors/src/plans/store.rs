@@ -178,13 +178,16 @@ impl SledPlanStore {
     }
 
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, body| {
-            match found {
+        decode_record(
+            PlanKey(id),
+            bytes,
+            PLAN_FORMAT_VERSION,
+            |found, body| match found {
                 1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
                 2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
                 _ => Err(format!("no migration from plan format {found}")),
-            }
-        })
+            },
+        )
     }
 }
 
@@ -598,6 +601,35 @@ mod tests {
         s.delete(&done).unwrap();
         assert_eq!(s.get(1).unwrap(), None);
         assert_eq!(counts(&s), [0; 5]);
+    }
+
+    #[test]
+    fn names_find_plans_newest_first_also_in_an_older_database() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        let (store, s) = open(&dir);
+        for (id, name) in [(1, "ab"), (2, "a"), (3, "a")] {
+            let mut p = plan(id, PlanState::Pending);
+            p.name = Some(name.into());
+            s.put(&p, None).unwrap();
+        }
+        assert_eq!(s.find_by_name("a").unwrap(), vec![3, 2]);
+        assert_eq!(s.find_by_name("ab").unwrap(), vec![1]);
+        let mut gone = plan(3, PlanState::Pending);
+        gone.name = Some("a".into());
+        s.delete(&gone).unwrap();
+        assert_eq!(s.find_by_name("a").unwrap(), vec![2]);
+        // As written by a flytod without the index.
+        let mut b = Batch::new();
+        b.remove(NAMES_INDEXED);
+        b.remove(name_key("a", 2));
+        b.remove(name_key("ab", 1));
+        store.apply(&s.tree, &b).unwrap();
+        store.sync_blocking().unwrap();
+        drop((s, store));
+        let (_store, s) = open(&dir);
+        assert_eq!(s.find_by_name("a").unwrap(), vec![2]);
+        assert_eq!(s.find_by_name("ab").unwrap(), vec![1]);
     }
 
     #[test]

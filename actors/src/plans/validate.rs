@@ -172,7 +172,10 @@ mod tests {
         let mut secret = plan(vec![step("a", &[])]);
         secret.env.insert("GITHUB_TOKEN".into(), "x".into());
         let err = validate(&secret, &limits()).unwrap_err();
-        assert!(err.contains("env `GITHUB_TOKEN` looks like a secret"), "{err}");
+        assert!(
+            err.contains("env `GITHUB_TOKEN` looks like a secret"),
+            "{err}"
+        );
         let mut bad = plan(vec![step("a", &[])]);
         bad.steps[0].env.insert("1X".into(), "x".into());
         let err = validate(&bad, &limits()).unwrap_err();

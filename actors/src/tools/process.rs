@@ -6,12 +6,12 @@
 //! and which of its children are orphans it must reap.
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use std::os::fd::AsRawFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The open-files soft limit flytod started with; children get it back.
