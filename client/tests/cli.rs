@@ -452,7 +452,7 @@ fn done() -> SessionEvent {
 #[test]
 fn session_send_streams_the_reply() {
     let fake = fake("send", |_, req| match req {
-        Request::SessionSend { id, text } => {
+        Request::SessionSend { id, text, .. } => {
             assert_eq!(id, "s1");
             assert_eq!(text, "list the files");
             reply(run_frames("Two files.", done()))
@@ -492,6 +492,7 @@ fn session_send_reads_stdin_and_reports_how_the_run_ended() {
                 "",
                 SessionEvent::Cancelled {
                     message: "cancelled by user; send a message to continue".into(),
+                    shutdown: false,
                 },
             ))
         }
@@ -570,6 +571,7 @@ fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>
                     3,
                     SessionEvent::Cancelled {
                         message: "cancelled by user; send a message to continue".into(),
+                        shutdown: false,
                     },
                 ),
                 Response::End {},
@@ -695,7 +697,7 @@ fn chat_reads_one_message_per_line() {
                 session: session_view("s1", "idle"),
             }])
         }
-        Request::SessionSend { id, text } => {
+        Request::SessionSend { id, text, .. } => {
             assert_eq!(id, "s1");
             counter.fetch_add(1, Ordering::SeqCst);
             reply(vec![
@@ -762,6 +764,7 @@ fn sessions_new_list_history_cancel_and_names() {
                         idx: 0,
                         role: "user".into(),
                         blocks: vec![BlockView::Text { text: "hi".into() }],
+                        created_ms: 0,
                     },
                     MessageView {
                         idx: 1,
@@ -769,6 +772,7 @@ fn sessions_new_list_history_cancel_and_names() {
                         blocks: vec![BlockView::Text {
                             text: "hello".into(),
                         }],
+                        created_ms: 0,
                     },
                 ],
                 summary: None,
@@ -814,7 +818,7 @@ fn sessions_new_list_history_cancel_and_names() {
 #[test]
 fn attach_prints_the_snapshot_then_follows() {
     let fake = fake("attach", |_, req| match req {
-        Request::SessionAttach { id, recent } => {
+        Request::SessionAttach { id, recent, .. } => {
             assert_eq!(*recent, Some(1));
             let mut frames = vec![Response::History {
                 session: session_view(id, "idle"),
@@ -824,6 +828,7 @@ fn attach_prints_the_snapshot_then_follows() {
                     blocks: vec![BlockView::Text {
                         text: "earlier reply".into(),
                     }],
+                    created_ms: 0,
                 }],
                 summary: None,
             }];
@@ -1194,6 +1199,7 @@ fn history_shows_the_context_budget_and_the_summary() {
                 idx,
                 role: role.into(),
                 blocks: vec![BlockView::Text { text: text.into() }],
+                created_ms: 0,
             };
             reply(vec![Response::History {
                 session,

@@ -47,12 +47,19 @@ pub enum Request {
     SessionSend {
         id: String,
         text: String,
+        /// This client answers approval requests (`session_approve`): an
+        /// `ask` rule then waits for a person instead of refusing.
+        #[serde(default)]
+        can_approve: bool,
     },
     /// Snapshot (`History` of recent messages), then live events of every
     /// run until the client disconnects.
     SessionAttach {
         id: String,
         recent: Option<u32>,
+        /// As for `session_send`: this client answers approval requests.
+        #[serde(default)]
+        can_approve: bool,
     },
     SessionCancel {
         id: String,
@@ -84,6 +91,17 @@ pub enum Request {
     BreakerReset {
         project: Option<String>,
     },
+    /// Deletes a session that is not running: its record and messages.
+    SessionDelete {
+        id: String,
+    },
+    /// Answers an approval request (`ApprovalRequested`) of session `id`;
+    /// the first answer wins, a later one is a `Conflict`.
+    SessionApprove {
+        id: String,
+        approval: u64,
+        allow: bool,
+    },
 }
 
 impl Request {
@@ -109,6 +127,8 @@ impl Request {
             Request::SessionCompact { .. } => "session_compact",
             Request::BreakerStatus {} => "breaker_status",
             Request::BreakerReset { .. } => "breaker_reset",
+            Request::SessionDelete { .. } => "session_delete",
+            Request::SessionApprove { .. } => "session_approve",
         }
     }
 }
@@ -171,6 +191,14 @@ pub enum Response {
     Error {
         code: ErrorCode,
         message: String,
+    },
+    SessionDeleted {
+        id: String,
+    },
+    /// The answer to `session_approve` was taken.
+    ApprovalAnswered {
+        approval: u64,
+        allow: bool,
     },
 }
 
@@ -243,8 +271,11 @@ pub enum SessionEvent {
     Notice {
         message: String,
     },
+    /// The run was cancelled: by a user, or (`shutdown`) because flytod
+    /// is shutting down.
     Cancelled {
         message: String,
+        shutdown: bool,
     },
     Error {
         message: String,
@@ -273,6 +304,22 @@ pub enum SessionEvent {
     Done {
         stop: String,
         message: String,
+    },
+    /// A `bash` command hit an `ask` rule: the run waits until a client
+    /// answers with `session_approve` (or `timeout_ms` passes).
+    ApprovalRequested {
+        approval: u64,
+        command: String,
+        /// The rule and why it asks, e.g. `ask rule "git push": the user
+        /// wants to approve it first`.
+        rule: String,
+        timeout_ms: u64,
+    },
+    /// How an approval request ended: `allowed`, `denied` or `timed out`
+    /// (`no one attached` when the last client that could answer left).
+    ApprovalResolved {
+        approval: u64,
+        outcome: String,
     },
 }
 
@@ -355,6 +402,9 @@ pub struct MessageView {
     /// `user` or `assistant`.
     pub role: String,
     pub blocks: Vec<BlockView>,
+    /// When the message was stored (ms since the epoch); 0 when unknown
+    /// (stored before flytod kept message times).
+    pub created_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

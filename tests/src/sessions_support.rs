@@ -82,6 +82,7 @@ pub fn start_send(env: &TestEnv, id: &str, text: &str) -> Client {
         .send(&Request::SessionSend {
             id: id.into(),
             text: text.into(),
+            can_approve: false,
         })
         .expect("send session_send");
     client
@@ -177,6 +178,7 @@ pub fn send_refused(env: &TestEnv, id: &str, text: &str) -> (ErrorCode, String) 
     match client.call(&Request::SessionSend {
         id: id.into(),
         text: text.into(),
+        can_approve: false,
     }) {
         Err(ClientError::Remote { code, message }) => (code, message),
         other => panic!("session_send was not refused: {other:?}"),

@@ -413,7 +413,7 @@ fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
     let mut after = Vec::new();
     let latency = loop {
         match next_event(&mut stream, &id) {
-            Some((_, SessionEvent::Cancelled { message })) => {
+            Some((_, SessionEvent::Cancelled { message, .. })) => {
                 let latency = asked.elapsed();
                 assert!(message.contains("send a message"), "{message}");
                 break latency;
@@ -610,6 +610,7 @@ fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
         .send(&Request::SessionAttach {
             id: id.clone(),
             recent: Some(10),
+            can_approve: false,
         })
         .expect("attach");
     match watcher.recv().expect("snapshot") {
