@@ -1010,14 +1010,14 @@ fn session_reset_and_session_model() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "s3: the model now sees messages from [12] on (soft reset); history keeps all 40 messages\n"
+        "s3: the model now sees messages from [12] on (soft reset), 0 tokens; history keeps all 40 messages\n"
     );
     // By name, like the other session commands.
     let out = flytoctl(&fake, &["session_reset", "work", "--hard"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "s3: the model starts from an empty context (hard reset); history keeps all 40 messages\n"
+        "s3: the model starts from an empty context (hard reset), 0 tokens; history keeps all 40 messages\n"
     );
     for args in [
         &["session_reset", "s3"][..],

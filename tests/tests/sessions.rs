@@ -1617,3 +1617,47 @@ fn history_labels_tool_results_and_shows_when_each_message_came() {
         .count();
     assert_eq!(dated, 4, "{}", out.stdout);
 }
+
+/// After a reset the context figure is what the model will see next (an
+/// estimate of the new window), not the last reported usage of the old one.
+#[test]
+fn after_a_reset_the_context_figure_is_the_new_window() {
+    let (_fake, env, _daemon) = setup(vec![
+        Reply::text("a long answer").usage(60_000, 500),
+        Reply::text("again").usage(61_000, 500),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    assert!(done(&send(&env, &id, "first")));
+    let (session, _) = history(&env, &id);
+    assert!(session.context.tokens >= 60_000, "{session:#?}");
+
+    let out = env.ctl(&["session_reset", &id, "--hard"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (session, _) = history(&env, &id);
+    let tokens = session.context.tokens;
+    assert!(
+        tokens > 0 && tokens < 10_000,
+        "the figure counts the new window: {session:#?}"
+    );
+    let figure = tokens.to_string();
+    let shown = |text: &str| {
+        // `count` groups thousands with commas.
+        let grouped: String = {
+            let digits: Vec<char> = figure.chars().collect();
+            let mut out = String::new();
+            for (i, c) in digits.iter().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 {
+                    out.push(',');
+                }
+                out.push(*c);
+            }
+            out
+        };
+        text.contains(&format!("{grouped} tokens"))
+    };
+    assert!(shown(&out.stdout), "session_reset says it: {}", out.stdout);
+    let out = env.ctl(&["session_history", &id]);
+    assert!(shown(&out.stdout), "{}", out.stdout);
+    assert!(!out.stdout.contains("60,"), "{}", out.stdout);
+}

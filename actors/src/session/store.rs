@@ -226,3 +226,60 @@ impl SessionStore for SledSessionStore {
         self.store.after_sync(then);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::model::SessionStatus;
+
+    fn record(id: u64, next_idx: u64, updated_ms: u64) -> SessionRecord {
+        SessionRecord {
+            id,
+            name: None,
+            workdir: "/w".into(),
+            model: "main".into(),
+            status: SessionStatus::Idle,
+            error: None,
+            next_idx,
+            context_base_idx: 0,
+            usage: Default::default(),
+            cost_usd: 0.0,
+            created_ms: 1,
+            updated_ms,
+            runs: 0,
+            chain: "s1".into(),
+            depth: 0,
+            context: Default::default(),
+        }
+    }
+
+    #[test]
+    fn messages_keep_their_time_and_old_ones_migrate_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), 8 << 20).unwrap();
+        let sessions = SledSessionStore::open(store.clone()).unwrap();
+        // A message as format 1 wrote it: a bare Message.
+        let mut batch = Batch::new();
+        batch.insert(
+            message_key(1, 0),
+            encode_record(1, &Message::user_text("old")),
+        );
+        store.apply(&sessions.tree, &batch).unwrap();
+        sessions
+            .save(&record(1, 2, 5_000), &[Message::user_text("new")], true)
+            .unwrap();
+        let got = sessions.stamped_messages(1, 0, u64::MAX).unwrap();
+        let times: Vec<(u64, u64)> = got.iter().map(|(i, m)| (*i, m.created_ms)).collect();
+        assert_eq!(times, [(0, 0), (1, 5_000)]);
+        assert_eq!(got[0].1.message, Message::user_text("old"));
+
+        // Deleting takes the record and every message, and only those.
+        sessions
+            .save(&record(2, 1, 6_000), &[Message::user_text("other")], true)
+            .unwrap();
+        sessions.delete(1).unwrap();
+        assert!(sessions.get(1).unwrap().is_none());
+        assert!(sessions.messages(1, 0).unwrap().is_empty());
+        assert_eq!(sessions.messages(2, 0).unwrap().len(), 1);
+    }
+}
