@@ -15,7 +15,7 @@ use crate::style::{Style, Tone};
 use anyhow::{Context, Result};
 use clap::Args;
 use flyto_protocol::{ClientError, ErrorCode};
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -73,7 +73,8 @@ pub fn run(ctx: &Ctx, args: ChatArgs) -> Result<u8> {
     let ctrlc = interrupt::install(ctx.socket.clone(), interrupt::Mode::Idle { interactive })?;
     let mut view = RunView::new(cmd_session::run_mode(&args.show, false));
     let prompt = "> ";
-    let mut stdin = std::io::stdin().lock();
+    // Not locked for the whole chat: an approval prompt reads stdin too.
+    let stdin = std::io::stdin();
     let mut line = String::new();
     loop {
         ctrlc.set(interrupt::Mode::Idle { interactive });

@@ -1,7 +1,14 @@
 //! Agent sessions: `session_new`, `session_send`, `session_attach`,
-//! `session_cancel`, `session_list`, `session_history`, and the context
-//! commands `session_reset`, `session_model`, `session_compact`. Streaming a
-//! run is shared with `chat` and `session_compact`.
+//! `session_cancel`, `session_list`, `session_history`, `session_delete`,
+//! `session_approve`, and the context commands `session_reset`,
+//! `session_model`, `session_compact`. Streaming a run is shared with
+//! `chat` and `session_compact`.
+//!
+//! Approvals: a `bash` command hitting an `ask` rule waits for a person.
+//! When stdin and stderr are terminals (or with `--prompt-approvals`, for
+//! scripts that answer on a pipe), `chat`, `session_send` and
+//! `session_attach` tell flytod they can answer, and show a y/N prompt when
+//! a request comes; the answer goes back with `session_approve`.
 //!
 //! Commands take a session id (`s3`) or the name of an existing session.
 
@@ -16,7 +23,8 @@ use crate::style::{Style, Tone, term_width};
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use flyto_protocol::{
-    Client, ClientError, ErrorCode, Event, MessageView, Request, Response, SessionView,
+    Client, ClientError, ErrorCode, Event, MessageView, Request, Response, SessionEvent,
+    SessionView,
 };
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -48,6 +56,12 @@ pub struct ShowArgs {
     /// is a terminal]
     #[arg(long)]
     pub usage: bool,
+
+    /// Answer approval requests of `ask` rules with a y/N prompt read from
+    /// stdin even when stdin is not a terminal [default: only when stdin and
+    /// stderr are terminals]
+    #[arg(long)]
+    pub prompt_approvals: bool,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +140,31 @@ pub struct ModelArgs {
 
     /// Model profile, or a role such as `main` or `fast`
     pub model: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// Session id (or the name of an existing session)
+    pub id: String,
+
+    /// The approval's number, from the `approval needed` line
+    pub approval: u64,
+
+    #[command(flatten)]
+    pub answer: ApproveAnswer,
+}
+
+/// Exactly one of `--allow` and `--deny`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct ApproveAnswer {
+    /// Let the command run
+    #[arg(long)]
+    pub allow: bool,
+
+    /// Refuse it (the model is told)
+    #[arg(long)]
+    pub deny: bool,
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +269,7 @@ pub fn run_mode(show: &ShowArgs, runs: bool) -> Mode {
         usage: show.usage || err_tty,
         runs,
         width: term_width(),
+        approve: show.prompt_approvals || (std::io::stdin().is_terminal() && err_tty),
     }
 }
 
@@ -267,14 +307,22 @@ pub fn send_cmd(ctx: &Ctx, args: SendArgs) -> Result<u8> {
 }
 
 /// Exit code of a run of `session_send` or `session_compact`. A run that
-/// ended with `Done` still failed when it stopped because compaction failed
-/// or the breaker is open: a script must not take that for an answer.
+/// ended with `Done` still failed when a guard stopped it (max_iterations,
+/// budget, repeat, stall) or when compaction failed or the breaker is open:
+/// a script must not take that for an answer.
 pub fn run_code(outcome: Outcome, stop: Option<&str>) -> u8 {
     match (outcome, stop) {
-        (Outcome::Done, Some("compact_failed" | "breaker_open")) => exit::RUN_FAILED,
+        (
+            Outcome::Done,
+            Some(
+                "compact_failed" | "breaker_open" | "max_iterations" | "budget" | "repeat_guard"
+                | "stalled",
+            ),
+        ) => exit::RUN_FAILED,
         (Outcome::Done, _) => exit::SUCCESS,
         (Outcome::Cancelled, _) => exit::RUN_CANCELLED,
         (Outcome::Failed, _) => exit::RUN_FAILED,
+        (Outcome::Interrupted, _) => exit::UNAVAILABLE,
     }
 }
 
@@ -295,12 +343,50 @@ pub fn send(
     client.send(&Request::SessionSend {
         id: id.to_string(),
         text,
+        can_approve: view.approves(),
     })?;
-    follow_run(&mut client, "session_send", id, view)
+    follow_run(ctx, &mut client, "session_send", id, view)
+}
+
+/// Prompts for an approval request when this client answers them.
+fn on_event(ctx: &Ctx, id: &str, event: &SessionEvent, view: &RunView) {
+    if let SessionEvent::ApprovalRequested { approval, .. } = event
+        && view.approves()
+    {
+        answer_approval(ctx, id, *approval);
+    }
+}
+
+/// `allow it? [y/N]` on stderr, the answer from stdin (end of input is a
+/// no), sent with `session_approve`. Another client may have answered first.
+fn answer_approval(ctx: &Ctx, id: &str, approval: u64) {
+    let _ = output::stderr("allow it? [y/N] ");
+    let mut line = String::new();
+    let allow = match std::io::stdin().read_line(&mut line) {
+        Ok(_) => matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        Err(_) => false,
+    };
+    if line.is_empty() {
+        let _ = output::stderr("\n");
+    }
+    let req = Request::SessionApprove {
+        id: id.to_string(),
+        approval,
+        allow,
+    };
+    if let Err(e) = ctx.request(&req) {
+        output::note(&exit::message(&e));
+    }
 }
 
 /// Reads one run's events until `End`; `op` names the request in errors.
-fn follow_run(client: &mut Client, op: &str, id: &str, view: &mut RunView) -> Result<Outcome> {
+fn follow_run(
+    ctx: &Ctx,
+    client: &mut Client,
+    op: &str,
+    id: &str,
+    view: &mut RunView,
+) -> Result<Outcome> {
     let mut outcome = None;
     loop {
         let resp = match client.recv() {
@@ -322,6 +408,7 @@ fn follow_run(client: &mut Client, op: &str, id: &str, view: &mut RunView) -> Re
             } => {
                 let (chunks, end) = view.event(&event);
                 write(chunks)?;
+                on_event(ctx, id, &event, view);
                 outcome = end.or(outcome);
             }
             Response::End {} => {
@@ -358,9 +445,11 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
     let id = resolve(ctx, &args.id)?;
     interrupt::install(ctx.socket.clone(), interrupt::Mode::Attach)?;
     let mut client = ctx.connect()?;
+    let mut view = RunView::new(run_mode(&args.show, true));
     client.send(&Request::SessionAttach {
         id: id.clone(),
         recent: Some(args.recent),
+        can_approve: view.approves(),
     })?;
     let (session, messages, summary) = match client.recv()? {
         Response::History {
@@ -394,13 +483,15 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
             err.paint(&format!("following {id}; Ctrl-C stops"), Tone::Dim)
         ));
     }
-    let mut view = RunView::new(run_mode(&args.show, true));
     loop {
         match client.recv() {
             Ok(Response::Event {
                 event: Event::Session { event, .. },
                 ..
-            }) => write(view.event(&event).0)?,
+            }) => {
+                write(view.event(&event).0)?;
+                on_event(ctx, &id, &event, &view);
+            }
             Ok(Response::End {}) => {
                 write(view.finish())?;
                 return Ok(exit::SUCCESS);
@@ -467,6 +558,34 @@ pub fn cancel(ctx: &Ctx, id: String) -> Result<u8> {
             Ok(exit::SUCCESS)
         }
         other => Err(unexpected("session_cancel", &other)),
+    }
+}
+
+pub fn delete(ctx: &Ctx, id: String) -> Result<u8> {
+    let id = resolve(ctx, &id)?;
+    match ctx.request(&Request::SessionDelete { id })? {
+        Response::SessionDeleted { id } => {
+            output::stdout(&format!("deleted {id}\n"))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("session_delete", &other)),
+    }
+}
+
+pub fn approve(ctx: &Ctx, args: ApproveArgs) -> Result<u8> {
+    let id = resolve(ctx, &args.id)?;
+    let req = Request::SessionApprove {
+        id: id.clone(),
+        approval: args.approval,
+        allow: args.answer.allow,
+    };
+    match ctx.request(&req)? {
+        Response::ApprovalAnswered { approval, allow } => {
+            let verb = if allow { "allowed" } else { "denied" };
+            output::stdout(&format!("{verb} approval {approval} of {id}\n"))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("session_approve", &other)),
     }
 }
 
@@ -564,7 +683,7 @@ pub fn compact(ctx: &Ctx, args: CompactArgs) -> Result<u8> {
         cancel_sent: false,
     });
     client.send(&Request::SessionCompact { id: id.clone() })?;
-    let outcome = follow_run(&mut client, "session_compact", &id, &mut view)?;
+    let outcome = follow_run(ctx, &mut client, "session_compact", &id, &mut view)?;
     Ok(run_code(outcome, view.last_stop()))
 }
 
@@ -595,16 +714,12 @@ mod tests {
         assert_eq!(run_code(Outcome::Done, None), 0);
         assert_eq!(run_code(Outcome::Cancelled, None), 5);
         assert_eq!(run_code(Outcome::Failed, None), 1);
-        // Guards that stop a run say how to continue; the run did not fail.
-        for stop in [
-            "max_iterations",
-            "budget",
-            "repeat_guard",
-            "stalled",
-            "max_tokens",
-        ] {
-            assert_eq!(run_code(Outcome::Done, Some(stop)), 0, "{stop}");
+        assert_eq!(run_code(Outcome::Interrupted, None), 6);
+        // A guard's stop is not an answer a script may take for one.
+        for stop in ["max_iterations", "budget", "repeat_guard", "stalled"] {
+            assert_eq!(run_code(Outcome::Done, Some(stop)), 1, "{stop}");
         }
+        assert_eq!(run_code(Outcome::Done, Some("max_tokens")), 0);
         assert_eq!(run_code(Outcome::Done, Some("compacted")), 0);
         assert_eq!(run_code(Outcome::Done, Some("nothing_to_compact")), 0);
     }

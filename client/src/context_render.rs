@@ -82,7 +82,9 @@ pub fn summary_block(text: &str, from: u64, base: u64, style: Style, tty: bool) 
 }
 
 /// What `session_reset` reports: `s3: the model now sees messages from [12]
-/// on (soft reset); history keeps all 40 messages`.
+/// on (soft reset), 1,234 tokens; history keeps all 40 messages`. The figure
+/// is the new window (system prompt and tools included), what the next
+/// model call will be sent.
 pub fn reset_line(s: &SessionView, soft: bool) -> String {
     let kind = if soft { "soft reset" } else { "hard reset" };
     let window = if s.context_base_idx >= s.messages {
@@ -98,7 +100,11 @@ pub fn reset_line(s: &SessionView, soft: bool) -> String {
         1 => "history keeps its 1 message".to_string(),
         n => format!("history keeps all {} messages", count(n)),
     };
-    format!("{}: {window}; {history}", s.id)
+    format!(
+        "{}: {window}, {} tokens; {history}",
+        s.id,
+        count(s.context.tokens)
+    )
 }
 
 /// What `session_model` reports: the model, the context line, and whether
@@ -291,19 +297,19 @@ mod tests {
     fn resets_say_what_the_model_sees_and_that_history_stays() {
         assert_eq!(
             reset_line(&session(40, 12, "idle"), true),
-            "s3: the model now sees messages from [12] on (soft reset); history keeps all 40 messages"
+            "s3: the model now sees messages from [12] on (soft reset), 18,200 tokens; history keeps all 40 messages"
         );
         assert_eq!(
             reset_line(&session(40, 40, "idle"), false),
-            "s3: the model starts from an empty context (hard reset); history keeps all 40 messages"
+            "s3: the model starts from an empty context (hard reset), 18,200 tokens; history keeps all 40 messages"
         );
         assert_eq!(
             reset_line(&session(1, 1, "idle"), false),
-            "s3: the model starts from an empty context (hard reset); history keeps its 1 message"
+            "s3: the model starts from an empty context (hard reset), 18,200 tokens; history keeps its 1 message"
         );
         assert_eq!(
             reset_line(&session(0, 0, "idle"), true),
-            "s3: the model starts from an empty context (soft reset); history is empty"
+            "s3: the model starts from an empty context (soft reset), 18,200 tokens; history is empty"
         );
     }
 

@@ -12,9 +12,10 @@ pub const NOT_RUNNING: u8 = 3;
 pub const REFUSED: u8 = 4;
 pub const PLAN_CANCELLED: u8 = 5;
 pub const UNAVAILABLE: u8 = 6;
-/// A session run ended with an `Error` event, or stopped because the
-/// context no longer fits and compaction failed (stop `compact_failed` or
-/// `breaker_open`).
+/// A session run ended with an `Error` event, a guard stopped it (stop
+/// `max_iterations`, `budget`, `repeat_guard`, `stalled`), or it stopped
+/// because the context no longer fits and compaction failed (stop
+/// `compact_failed` or `breaker_open`).
 pub const RUN_FAILED: u8 = 1;
 /// A session run was cancelled.
 pub const RUN_CANCELLED: u8 = 5;
@@ -25,11 +26,13 @@ pub const INTERRUPTED: u8 = 130;
 pub const AFTER_HELP: &str = "\
 Exit codes:
   0    success; with --wait or --watch: the plan succeeded; session_send:
-       the run finished; session_compact: compacted, or nothing to compact
+       the run finished its turn; session_compact: compacted, or nothing to
+       compact
   1    the plan failed (with --wait or --watch), a session run ended with an
-       error, a compaction failed (session_send too stops with 1 when the
-       context no longer fits and compaction failed or its breaker is open),
-       or another local error
+       error or was stopped by a guard (sessions.max_iterations,
+       max_run_cost_usd, a repeated call, a stall), a compaction failed
+       (session_send too stops with 1 when the context no longer fits and
+       compaction failed or its breaker is open), or another local error
   2    usage error: bad arguments or an invalid plan file
   3    flytod is not running or cannot be reached
   4    flytod refused the request (BadRequest, NotFound, Conflict,
@@ -37,7 +40,8 @@ Exit codes:
        session_send while a run is active
   5    the plan (with --wait or --watch), the session run or the compaction
        was cancelled
-  6    flytod is unavailable (shutting down)
+  6    flytod is unavailable (shutting down), or a session run was
+       interrupted because flytod shut down
   130  a second Ctrl-C quit while a run was being cancelled";
 
 /// A mistake in what the user gave us (arguments, plan file): exit code 2.

@@ -10,6 +10,7 @@
 use crate::conn;
 use crate::exit;
 use crate::output;
+use crate::session_render;
 use anyhow::{Context, Result};
 use flyto_protocol::{Request, Response};
 use std::fs::File;
@@ -125,11 +126,8 @@ fn cancel(socket: &std::path::Path, id: &str) {
     let answer = conn::connect(socket)
         .and_then(|mut client| client.call(&Request::SessionCancel { id: id.to_string() }));
     match answer {
-        Ok(Response::Session { session })
-            if !matches!(session.status.as_str(), "running" | "cancelling") =>
-        {
-            output::note(&format!("{id} was not running"));
-        }
+        // The same words as `session_cancel`.
+        Ok(Response::Session { session }) => output::note(&session_render::cancelled(&session)),
         Ok(_) => {}
         Err(e) => output::note(&format!(
             "cannot cancel {id}: {}",

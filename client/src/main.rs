@@ -84,10 +84,17 @@ enum Command {
     ///
     /// The reply text goes to stdout; reasoning, tool calls and results,
     /// notices and the end-of-run lines go to stderr. Exits 0 when the run
-    /// finished, 5 when it was cancelled, 1 when it failed or stopped because
-    /// the context no longer fits and compaction failed (or its breaker is
-    /// open), 4 when flytod refused (e.g. Conflict: a run is already active).
-    /// A second Ctrl-C quits at once (130).
+    /// finished, 5 when it was cancelled, 1 when it failed, when a guard
+    /// stopped it (sessions.max_iterations, max_run_cost_usd, a repeated
+    /// call, a stall) or when the context no longer fits and compaction
+    /// failed (or its breaker is open), 4 when flytod refused (e.g.
+    /// Conflict: a run is already active), 6 when flytod shut down during
+    /// the run. A second Ctrl-C quits at once (130).
+    ///
+    /// A command hitting an `ask` rule of [permissions] waits for a y/N
+    /// answer when stdin and stderr are terminals (or --prompt-approvals),
+    /// for at most sessions.approval_timeout; otherwise it is refused and
+    /// the model is told.
     #[command(name = "session_send")]
     SessionSend(cmd_session::SendArgs),
 
@@ -102,6 +109,18 @@ enum Command {
         id: String,
     },
 
+    /// Delete a session that is not running: its record and every message
+    #[command(name = "session_delete")]
+    SessionDelete {
+        /// Session id (or the name of an existing session)
+        id: String,
+    },
+    /// Answer an approval request of a session's `ask` rule
+    ///
+    /// The number is in the `approval needed` line that chat, session_send
+    /// and session_attach show. The first answer wins; a late one exits 4.
+    #[command(name = "session_approve")]
+    SessionApprove(cmd_session::ApproveArgs),
     /// List sessions
     #[command(name = "session_list")]
     SessionList(cmd_session::ListArgs),
@@ -204,6 +223,8 @@ fn run(cli: Cli) -> Result<u8> {
         Command::SessionSend(args) => cmd_session::send_cmd(&ctx, args),
         Command::SessionAttach(args) => cmd_session::attach(&ctx, args),
         Command::SessionCancel { id } => cmd_session::cancel(&ctx, id),
+        Command::SessionDelete { id } => cmd_session::delete(&ctx, id),
+        Command::SessionApprove(args) => cmd_session::approve(&ctx, args),
         Command::SessionList(args) => cmd_session::list(&ctx, args),
         Command::SessionHistory(args) => cmd_session::history(&ctx, args),
         Command::SessionReset(args) => cmd_session::reset(&ctx, args),

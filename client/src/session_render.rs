@@ -34,6 +34,9 @@ pub struct Mode {
     pub runs: bool,
     /// Columns for the one-line tool call and result lines.
     pub width: usize,
+    /// This client answers approval requests on stdin (the caller prompts;
+    /// the view only words the request accordingly).
+    pub approve: bool,
 }
 
 impl Mode {
@@ -47,6 +50,7 @@ impl Mode {
             usage: true,
             runs: false,
             width: 80,
+            approve: false,
         }
     }
 
@@ -60,6 +64,7 @@ impl Mode {
             usage: false,
             runs: false,
             width: 80,
+            approve: false,
         }
     }
 }
@@ -77,6 +82,8 @@ pub enum Outcome {
     Done,
     Cancelled,
     Failed,
+    /// Cancelled because flytod is shutting down.
+    Interrupted,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -116,6 +123,11 @@ impl RunView {
             stop: None,
             chunks: Vec::new(),
         }
+    }
+
+    /// Whether this client answers approval requests.
+    pub fn approves(&self) -> bool {
+        self.mode.approve
     }
 
     /// Why the last run that ended with `Done` stopped (`end_turn`,
@@ -218,15 +230,43 @@ impl RunView {
                 self.usage_line();
                 outcome = Some(Outcome::Done);
             }
-            SessionEvent::Cancelled { message } => {
+            SessionEvent::Cancelled { message, shutdown } => {
                 let text = if message.trim().is_empty() {
                     "cancelled"
                 } else {
                     message.trim_end()
                 };
-                self.line(err.paint(text, Tone::Yellow));
+                self.line(err.paint(&one_line(text), Tone::Yellow));
                 self.usage_line();
-                outcome = Some(Outcome::Cancelled);
+                outcome = Some(if *shutdown {
+                    Outcome::Interrupted
+                } else {
+                    Outcome::Cancelled
+                });
+            }
+            SessionEvent::ApprovalRequested {
+                approval,
+                command,
+                rule,
+                timeout_ms,
+            } => {
+                let ask = format!(
+                    "approval needed: `{}` ({})",
+                    one_line(command),
+                    one_line(rule)
+                );
+                self.line(err.paint(&ask, Tone::Yellow));
+                if !self.mode.approve {
+                    let how = format!(
+                        "waiting up to {} for `flytoctl session_approve <session> {approval} --allow` (or --deny)",
+                        duration(*timeout_ms)
+                    );
+                    self.line(err.paint(&how, Tone::Dim));
+                }
+            }
+            SessionEvent::ApprovalResolved { approval, outcome } => {
+                let note = format!("approval {approval}: {}", one_line(outcome));
+                self.line(err.paint(&note, Tone::Dim));
             }
             SessionEvent::Error { message } => {
                 self.line(err.paint(&format!("error: {}", message.trim_end()), Tone::Red));
@@ -551,13 +591,41 @@ fn summary_part(text: &str, window: &Window<'_>, mode: &HistoryMode) -> String {
     summary_block(text, window.summary_from, window.base, mode.style, mode.tty)
 }
 
+/// What a message is, for its heading: a user message that only answers
+/// tool calls holds tool results, not words of the user.
+fn label(m: &MessageView) -> &str {
+    let results_only = !m.blocks.is_empty()
+        && m.blocks
+            .iter()
+            .all(|b| matches!(b, BlockView::ToolResult { .. }));
+    if m.role == "user" && results_only {
+        "tool results"
+    } else {
+        &m.role
+    }
+}
+
+/// `2024-05-01 14:02:11Z`; empty for messages stored without a time.
+pub fn message_time(ms: u64) -> String {
+    if ms == 0 {
+        return String::new();
+    }
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replacen('T', " ", 1)
+}
+
 fn message(m: &MessageView, outside: bool, mode: &HistoryMode) -> String {
     let style = mode.style;
-    let mut out = format!(
-        "{} {}",
-        style.paint(&format!("[{}]", m.idx), Tone::Dim),
-        style.paint(&format!("{}:", m.role), Tone::Bold)
-    );
+    let mut out = style.paint(&format!("[{}]", m.idx), Tone::Dim);
+    let time = message_time(m.created_ms);
+    if !time.is_empty() {
+        out.push(' ');
+        out.push_str(&style.paint(&time, Tone::Dim));
+    }
+    out.push(' ');
+    out.push_str(&style.paint(&format!("{}:", label(m)), Tone::Bold));
     if outside {
         out.push(' ');
         out.push_str(&style.paint("(outside the model's window)", Tone::Dim));
@@ -807,6 +875,7 @@ mod tests {
                 text("half"),
                 SessionEvent::Cancelled {
                     message: "cancelled by user; send a message to continue".into(),
+                    shutdown: false,
                 },
             ],
         );
@@ -914,6 +983,7 @@ mod tests {
                 blocks: vec![BlockView::Text {
                     text: "list files\n".into(),
                 }],
+                created_ms: 0,
             },
             MessageView {
                 idx: 1,
@@ -931,6 +1001,7 @@ mod tests {
                         arguments: r#"{"command": "ls"}"#.into(),
                     },
                 ],
+                created_ms: 0,
             },
             MessageView {
                 idx: 2,
@@ -947,6 +1018,7 @@ mod tests {
                         is_error: true,
                     },
                 ],
+                created_ms: 0,
             },
         ];
         let mode = plain_history();
@@ -958,7 +1030,7 @@ list files
 Sure.
 ⏺ bash {\"command\":\"ls\"}
 
-[2] user:
+[2] tool results:
   ⎿ ok: f1
     f2
     f3
@@ -998,6 +1070,7 @@ Sure.
             idx,
             role: role.into(),
             blocks: vec![BlockView::Text { text: text.into() }],
+            created_ms: 0,
         }
     }
 

@@ -457,7 +457,7 @@ fn done() -> SessionEvent {
 #[test]
 fn session_send_streams_the_reply() {
     let fake = fake("send", |_, req| match req {
-        Request::SessionSend { id, text } => {
+        Request::SessionSend { id, text, .. } => {
             assert_eq!(id, "s1");
             assert_eq!(text, "list the files");
             reply(run_frames("Two files.", done()))
@@ -497,6 +497,7 @@ fn session_send_reads_stdin_and_reports_how_the_run_ended() {
                 "",
                 SessionEvent::Cancelled {
                     message: "cancelled by user; send a message to continue".into(),
+                    shutdown: false,
                 },
             ))
         }
@@ -575,6 +576,7 @@ fn cancellable_fake(name: &str) -> (Fake, mpsc::Receiver<()>, mpsc::Receiver<()>
                     3,
                     SessionEvent::Cancelled {
                         message: "cancelled by user; send a message to continue".into(),
+                        shutdown: false,
                     },
                 ),
                 Response::End {},
@@ -700,7 +702,7 @@ fn chat_reads_one_message_per_line() {
                 session: session_view("s1", "idle"),
             }])
         }
-        Request::SessionSend { id, text } => {
+        Request::SessionSend { id, text, .. } => {
             assert_eq!(id, "s1");
             counter.fetch_add(1, Ordering::SeqCst);
             reply(vec![
@@ -767,6 +769,7 @@ fn sessions_new_list_history_cancel_and_names() {
                         idx: 0,
                         role: "user".into(),
                         blocks: vec![BlockView::Text { text: "hi".into() }],
+                        created_ms: 0,
                     },
                     MessageView {
                         idx: 1,
@@ -774,6 +777,7 @@ fn sessions_new_list_history_cancel_and_names() {
                         blocks: vec![BlockView::Text {
                             text: "hello".into(),
                         }],
+                        created_ms: 0,
                     },
                 ],
                 summary: None,
@@ -819,7 +823,7 @@ fn sessions_new_list_history_cancel_and_names() {
 #[test]
 fn attach_prints_the_snapshot_then_follows() {
     let fake = fake("attach", |_, req| match req {
-        Request::SessionAttach { id, recent } => {
+        Request::SessionAttach { id, recent, .. } => {
             assert_eq!(*recent, Some(1));
             let mut frames = vec![Response::History {
                 session: session_view(id, "idle"),
@@ -829,6 +833,7 @@ fn attach_prints_the_snapshot_then_follows() {
                     blocks: vec![BlockView::Text {
                         text: "earlier reply".into(),
                     }],
+                    created_ms: 0,
                 }],
                 summary: None,
             }];
@@ -1010,14 +1015,14 @@ fn session_reset_and_session_model() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "s3: the model now sees messages from [12] on (soft reset); history keeps all 40 messages\n"
+        "s3: the model now sees messages from [12] on (soft reset), 0 tokens; history keeps all 40 messages\n"
     );
     // By name, like the other session commands.
     let out = flytoctl(&fake, &["session_reset", "work", "--hard"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "s3: the model starts from an empty context (hard reset); history keeps all 40 messages\n"
+        "s3: the model starts from an empty context (hard reset), 0 tokens; history keeps all 40 messages\n"
     );
     for args in [
         &["session_reset", "s3"][..],
@@ -1199,6 +1204,7 @@ fn history_shows_the_context_budget_and_the_summary() {
                 idx,
                 role: role.into(),
                 blocks: vec![BlockView::Text { text: text.into() }],
+                created_ms: 0,
             };
             reply(vec![Response::History {
                 session,

@@ -36,6 +36,9 @@ pub struct SessionsSection {
     pub idle_stop: Duration,
     /// Profile or role for sessions that name none.
     pub default_model: String,
+    /// How long an `ask` command waits for an attached person's y/N.
+    #[serde(with = "humantime_serde")]
+    pub approval_timeout: Duration,
 }
 
 impl Default for SessionsSection {
@@ -47,6 +50,7 @@ impl Default for SessionsSection {
             max_continuations: d.max_continuations,
             idle_stop: d.idle_stop,
             default_model: d.default_model,
+            approval_timeout: d.approval_timeout,
         }
     }
 }
@@ -279,6 +283,7 @@ impl Config {
             default_workdir: self.plan_config(socket).default_workdir,
             default_model: s.default_model.clone(),
             plan_socket: socket.display().to_string(),
+            approval_timeout: s.approval_timeout,
         }
     }
 

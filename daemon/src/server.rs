@@ -408,8 +408,7 @@ async fn session_actor(ctx: &Ctx, id: &str) -> Result<ActorRef<SessionMsg>, Reje
 
 async fn session_cancel(id: &str, ctx: &Ctx) -> Result<Response, Reject> {
     let actor = session_actor(ctx, id).await?;
-    call_actor(ctx, &actor, |reply| SessionMsg::Cancel { reply }).await?;
-    let session = call_actor(ctx, &actor, |reply| SessionMsg::View { reply }).await?;
+    let session = call_actor(ctx, &actor, |reply| SessionMsg::Cancel { reply }).await?;
     Ok(Response::Session { session })
 }
 
@@ -536,11 +535,11 @@ async fn session_request(
     Ok(Response::Session { session })
 }
 
-/// A run's events until it ends: `Some(text)` sends a message, `None`
-/// only compacts.
+/// A run's events until it ends: `Some((text, can_approve))` sends a
+/// message, `None` only compacts.
 async fn session_send(
     id: &str,
-    text: Option<String>,
+    text: Option<(String, bool)>,
     sink: &mut Sink,
     ctx: &Ctx,
 ) -> Result<(), FrameError> {
@@ -554,7 +553,12 @@ async fn session_send(
     }
     let sub = match session_actor(ctx, id).await {
         Ok(actor) => call_actor(ctx, &actor, |reply| match text {
-            Some(text) => SessionMsg::Send { text, reply },
+            Some((text, can_approve)) => SessionMsg::Send {
+                text,
+                can_approve,
+                once: false,
+                reply,
+            },
             None => SessionMsg::Compact { reply },
         })
         .await
@@ -569,13 +573,14 @@ async fn session_send(
 
 async fn session_attach(
     id: &str,
-    recent: u32,
+    (recent, can_approve): (u32, bool),
     sink: &mut Sink,
     ctx: &Ctx,
 ) -> Result<(), FrameError> {
     let snapshot = match session_actor(ctx, id).await {
         Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Attach {
             recent: u64::from(recent),
+            can_approve,
             reply,
         })
         .await
@@ -682,12 +687,20 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         })
         .await
         .map(|session| Response::Session { session }),
-        Request::SessionSend { id, text } => {
-            return session_send(&id, Some(text), sink, ctx).await;
+        Request::SessionSend {
+            id,
+            text,
+            can_approve,
+        } => {
+            return session_send(&id, Some((text, can_approve)), sink, ctx).await;
         }
         Request::SessionCompact { id } => return session_send(&id, None, sink, ctx).await,
-        Request::SessionAttach { id, recent } => {
-            return session_attach(&id, recent.unwrap_or(20), sink, ctx).await;
+        Request::SessionAttach {
+            id,
+            recent,
+            can_approve,
+        } => {
+            return session_attach(&id, (recent.unwrap_or(20), can_approve), sink, ctx).await;
         }
         Request::SessionCancel { id } => session_cancel(&id, ctx).await,
         Request::SessionList {} => session_call(ctx, |reply| ManagerMsg::List { reply })
@@ -717,6 +730,28 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 .and_then(|reset| reset)
                 .map(|projects| Response::BreakersReset { projects })
         }
+        Request::SessionDelete { id } => match session_actor(ctx, &id).await {
+            Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Delete { reply })
+                .await
+                .and_then(|r| r)
+                .map(|()| Response::SessionDeleted { id }),
+            Err(r) => Err(r),
+        },
+        Request::SessionApprove {
+            id,
+            approval,
+            allow,
+        } => match session_actor(ctx, &id).await {
+            Ok(actor) => call_actor(ctx, &actor, |reply| SessionMsg::Approve {
+                approval,
+                allow,
+                reply,
+            })
+            .await
+            .and_then(|r| r)
+            .map(|()| Response::ApprovalAnswered { approval, allow }),
+            Err(r) => Err(r),
+        },
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,

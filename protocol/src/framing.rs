@@ -268,10 +268,12 @@ mod tests {
             Request::SessionSend {
                 id: "s1".into(),
                 text: "hi".into(),
+                can_approve: true,
             },
             Request::SessionAttach {
                 id: "s1".into(),
                 recent: Some(5),
+                can_approve: false,
             },
             Request::SessionCancel { id: "s1".into() },
             Request::SessionList {},
@@ -293,6 +295,12 @@ mod tests {
             Request::PlanRestart { id: "p1".into() },
             Request::PlanRemove {
                 id: "nightly".into(),
+            },
+            Request::SessionDelete { id: "s1".into() },
+            Request::SessionApprove {
+                id: "s1".into(),
+                approval: 2,
+                allow: true,
             },
         ];
         let session = SessionView {
@@ -353,6 +361,7 @@ mod tests {
             },
             SessionEvent::Cancelled {
                 message: "c".into(),
+                shutdown: true,
             },
             SessionEvent::Error {
                 message: "e".into(),
@@ -374,6 +383,16 @@ mod tests {
             SessionEvent::Done {
                 stop: "end_turn".into(),
                 message: "m".into(),
+            },
+            SessionEvent::ApprovalRequested {
+                approval: 1,
+                command: "git push".into(),
+                rule: "ask rule \"git push\"".into(),
+                timeout_ms: 300_000,
+            },
+            SessionEvent::ApprovalResolved {
+                approval: 1,
+                outcome: "allowed".into(),
             },
         ];
         let responses = vec![
@@ -464,8 +483,14 @@ mod tests {
                             is_error: true,
                         },
                     ],
+                    created_ms: 7,
                 }],
                 summary: Some("s".into()),
+            },
+            Response::SessionDeleted { id: "s1".into() },
+            Response::ApprovalAnswered {
+                approval: 2,
+                allow: false,
             },
         ];
         let mut responses = responses;
@@ -513,6 +538,16 @@ mod tests {
             serde_json::from_str(r#"{"submit_plan":{"plan":{"steps":[{"id":"a","run":"true"}]}}}"#)
                 .unwrap();
         assert!(matches!(req, Request::SubmitPlan { .. }));
+        // A script's session_send needs no `can_approve`: it cannot answer.
+        let req: Request =
+            serde_json::from_str(r#"{"session_send":{"id":"s1","text":"hi"}}"#).unwrap();
+        assert!(matches!(
+            req,
+            Request::SessionSend {
+                can_approve: false,
+                ..
+            }
+        ));
     }
 
     #[test]

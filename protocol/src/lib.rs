@@ -42,6 +42,7 @@ pub use framing::{FrameError, MAX_FRAME};
 pub use types::*;
 
 /// Version of the request/response types. Bumped on any incompatible change
-/// (2: `ContextView::head_from_idx`; 3: plan env, names, restart, remove,
-/// queue positions).
+/// (2: `ContextView::head_from_idx`; 3: issue 10's foundation fixes:
+/// plan env, names, restart, remove, queue positions, session approvals,
+/// `session_delete`, message times).
 pub const PROTOCOL_VERSION: u32 = 3;

@@ -48,12 +48,19 @@ pub enum Request {
     SessionSend {
         id: String,
         text: String,
+        /// This client answers approval requests (`session_approve`): an
+        /// `ask` rule then waits for a person instead of refusing.
+        #[serde(default)]
+        can_approve: bool,
     },
     /// Snapshot (`History` of recent messages), then live events of every
     /// run until the client disconnects.
     SessionAttach {
         id: String,
         recent: Option<u32>,
+        /// As for `session_send`: this client answers approval requests.
+        #[serde(default)]
+        can_approve: bool,
     },
     SessionCancel {
         id: String,
@@ -95,6 +102,17 @@ pub enum Request {
     PlanRemove {
         id: String,
     },
+    /// Deletes a session that is not running: its record and messages.
+    SessionDelete {
+        id: String,
+    },
+    /// Answers an approval request (`ApprovalRequested`) of session `id`;
+    /// the first answer wins, a later one is a `Conflict`.
+    SessionApprove {
+        id: String,
+        approval: u64,
+        allow: bool,
+    },
 }
 
 impl Request {
@@ -122,6 +140,8 @@ impl Request {
             Request::BreakerReset { .. } => "breaker_reset",
             Request::PlanRestart { .. } => "plan_restart",
             Request::PlanRemove { .. } => "plan_remove",
+            Request::SessionDelete { .. } => "session_delete",
+            Request::SessionApprove { .. } => "session_approve",
         }
     }
 }
@@ -190,6 +210,14 @@ pub enum Response {
     /// `plan_remove` deleted the plan and its logs.
     PlanRemoved {
         id: String,
+    },
+    SessionDeleted {
+        id: String,
+    },
+    /// The answer to `session_approve` was taken.
+    ApprovalAnswered {
+        approval: u64,
+        allow: bool,
     },
 }
 
@@ -262,8 +290,11 @@ pub enum SessionEvent {
     Notice {
         message: String,
     },
+    /// The run was cancelled: by a user, or (`shutdown`) because flytod
+    /// is shutting down.
     Cancelled {
         message: String,
+        shutdown: bool,
     },
     Error {
         message: String,
@@ -292,6 +323,22 @@ pub enum SessionEvent {
     Done {
         stop: String,
         message: String,
+    },
+    /// A `bash` command hit an `ask` rule: the run waits until a client
+    /// answers with `session_approve` (or `timeout_ms` passes).
+    ApprovalRequested {
+        approval: u64,
+        command: String,
+        /// The rule and why it asks, e.g. `ask rule "git push": the user
+        /// wants to approve it first`.
+        rule: String,
+        timeout_ms: u64,
+    },
+    /// How an approval request ended: `allowed`, `denied` or `timed out`
+    /// (`no one attached` when the last client that could answer left).
+    ApprovalResolved {
+        approval: u64,
+        outcome: String,
     },
 }
 
@@ -374,6 +421,9 @@ pub struct MessageView {
     /// `user` or `assistant`.
     pub role: String,
     pub blocks: Vec<BlockView>,
+    /// When the message was stored (ms since the epoch); 0 when unknown
+    /// (stored before flytod kept message times).
+    pub created_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -139,7 +139,8 @@ impl TestEnv {
         ]
     }
 
-    fn command(&self, program: &Path) -> Command {
+    /// A command for `program` (flytod, flytoctl) pointed at this env.
+    pub fn command(&self, program: &Path) -> Command {
         let mut cmd = Command::new(program);
         for var in [
             "FLYTO_PLAN_SOCK",

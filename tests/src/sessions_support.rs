@@ -9,9 +9,11 @@ use crate::flyto_protocol::{
     BlockView, Client, ClientError, ErrorCode, Event, MessageView, Request, Response, SessionEvent,
     SessionView,
 };
-use crate::{DEADLINE, Daemon, TestEnv};
+use crate::{DEADLINE, Daemon, TestEnv, bin};
 use serde_json::Value;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 
 /// The config every session test starts from.
 pub const BASE: &str = "[daemon]\nshutdown_grace = \"1s\"\n\n[plans]\nkill_grace = \"200ms\"\n\n";
@@ -82,6 +84,7 @@ pub fn start_send(env: &TestEnv, id: &str, text: &str) -> Client {
         .send(&Request::SessionSend {
             id: id.into(),
             text: text.into(),
+            can_approve: false,
         })
         .expect("send session_send");
     client
@@ -177,6 +180,7 @@ pub fn send_refused(env: &TestEnv, id: &str, text: &str) -> (ErrorCode, String) 
     match client.call(&Request::SessionSend {
         id: id.into(),
         text: text.into(),
+        can_approve: false,
     }) {
         Err(ClientError::Remote { code, message }) => (code, message),
         other => panic!("session_send was not refused: {other:?}"),
@@ -289,4 +293,41 @@ pub fn request_tool_result(body: &Value, call: &str) -> String {
         .and_then(|m| m["content"].as_str())
         .unwrap_or_else(|| panic!("no tool result for {call} in {body:#}"))
         .to_string()
+}
+
+/// A flytoctl running in the background with `args`, stdin a pipe (write
+/// to it with [`write_stdin`]), stdout and stderr captured.
+pub fn spawn_ctl(env: &TestEnv, args: &[&str]) -> Child {
+    env.command(&bin("flytoctl"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flytoctl")
+}
+
+pub fn write_stdin(child: &mut Child, text: &str) {
+    let pipe = child.stdin.as_mut().expect("stdin");
+    pipe.write_all(text.as_bytes()).expect("write stdin");
+    pipe.flush().expect("flush stdin");
+}
+
+/// Closes stdin and waits: exit code, stdout, stderr.
+pub fn finish_ctl(mut child: Child) -> (i32, String, String) {
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("flytoctl output");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until the daemon reports session `id` running.
+pub fn wait_running(env: &TestEnv, id: &str) {
+    crate::wait_until("the session to be running", DEADLINE, || {
+        let (session, _) = history(env, id);
+        (session.status == "running").then_some(())
+    });
 }

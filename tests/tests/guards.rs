@@ -553,3 +553,40 @@ fn continuations_are_counted_per_reply_not_per_run() {
     );
     fake.assert_protocol_ok();
 }
+
+/// A run a guard stopped is not an answer: `session_send` exits 1 and says
+/// how to go on; a run that ends its turn exits 0.
+#[test]
+fn runs_stopped_by_a_guard_make_session_send_exit_1() {
+    let mut script = vec![read_call("g1", "f.txt")];
+    script.extend(["r1", "r2", "r3", "r4"].map(|c| read_call(c, "f.txt")));
+    script.push(Reply::text("fine"));
+    let (fake, env, daemon) = setup_with("[sessions]\nmax_iterations = 1\n", script);
+    let dir = workdir(&env, "ws");
+    std::fs::write(dir.join("f.txt"), "x\n").expect("f.txt");
+    let id = new_session(&env, &dir);
+
+    let out = env.ctl(&["session_send", &id, "read f.txt"]);
+    assert_eq!(out.code, 1, "max_iterations: {out:?}");
+    assert!(
+        out.stderr.contains("sessions.max_iterations"),
+        "{}",
+        out.stderr
+    );
+
+    // The same call four times: the repeat guard (max_iterations allows it).
+    let config = std::fs::read_to_string(&env.config).expect("config");
+    env.write_config(&config.replace("max_iterations = 1", "max_iterations = 10"));
+    daemon.signal(libc::SIGHUP);
+    flyto_tests::wait_until("the config to be reloaded", flyto_tests::DEADLINE, || {
+        daemon.log().contains("config reloaded").then_some(())
+    });
+    let out = env.ctl(&["session_send", &id, "read it again"]);
+    assert_eq!(out.code, 1, "repeat guard: {out:?}");
+    assert!(out.stderr.contains("same result"), "{}", out.stderr);
+
+    let out = env.ctl(&["session_send", &id, "just answer"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), "fine");
+    fake.assert_protocol_ok();
+}

@@ -387,10 +387,11 @@ fn a_second_send_while_running_is_a_conflict() {
     let (_, messages) = history(&env, &id);
     assert_eq!(
         messages.len(),
-        1,
-        "the refused message is not stored: {messages:#?}"
+        2,
+        "the refused message is not stored, the cancelled reply leaves its marker: {messages:#?}"
     );
     assert_eq!(message_text(&messages[0]), "count slowly");
+    assert!(message_text(&messages[1]).starts_with("[cancelled]"));
     assert_eq!(fake.request_count(), 1);
 }
 
@@ -414,7 +415,7 @@ fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
     let mut after = Vec::new();
     let latency = loop {
         match next_event(&mut stream, &id) {
-            Some((_, SessionEvent::Cancelled { message })) => {
+            Some((_, SessionEvent::Cancelled { message, .. })) => {
                 let latency = asked.elapsed();
                 assert!(message.contains("send a message"), "{message}");
                 break latency;
@@ -446,10 +447,18 @@ fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
     let (session, messages) = history(&env, &id);
     assert_eq!(session.status, "idle", "{session:#?}");
     assert!(
-        messages.iter().all(|m| m.role == "user"),
+        !messages.iter().any(|m| message_text(m).contains("tick")),
         "no half-written assistant message is stored: {messages:#?}"
     );
-    assert!(!messages.iter().any(|m| message_text(m).contains("tick")));
+    // What is left is a marker the user sees in the history...
+    let last = messages.last().expect("messages");
+    assert_eq!(last.role, "assistant");
+    assert!(
+        message_text(last).starts_with("[cancelled]") && message_text(last).contains("by the user"),
+        "{messages:#?}"
+    );
+    let out = env.ctl(&["session_history", &id]);
+    assert!(out.stdout.contains("[cancelled]"), "{}", out.stdout);
 
     let events = send(&env, &id, "start over");
     assert!(done(&events), "{events:#?}");
@@ -459,6 +468,14 @@ fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
     assert!(
         !requests[1].to_string().contains("tick1"),
         "the partial reply is not sent back: {:#}",
+        requests[1]
+    );
+    // ...and the model reads on its next run.
+    assert!(
+        requests[1]
+            .to_string()
+            .contains("cancelled by the user before it was finished"),
+        "the model is told the reply was cancelled: {:#}",
         requests[1]
     );
     fake.assert_protocol_ok();
@@ -611,6 +628,7 @@ fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
         .send(&Request::SessionAttach {
             id: id.clone(),
             recent: Some(10),
+            can_approve: false,
         })
         .expect("attach");
     match watcher.recv().expect("snapshot") {
@@ -1025,10 +1043,16 @@ fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
         .expect("STOPPING=1");
     let (code, message) = send_refused(&env, &id, "another");
     assert_eq!(code, ErrorCode::Unavailable, "{message}");
+    let refused = try_new_session(&env, &dir).expect_err("session_new while draining");
+    assert!(
+        matches!(&refused, ClientError::Remote { code: ErrorCode::Unavailable, message } if message.contains("shutting down")),
+        "{refused:?}"
+    );
     let events = drain(&mut stream, &id);
     assert!(
-        matches!(events.last(), Some(SessionEvent::Cancelled { .. })),
-        "the run ends cancelled once the grace is over: {events:#?}"
+        matches!(events.last(), Some(SessionEvent::Cancelled { message, shutdown: true })
+            if message.starts_with("interrupted: flytod is shutting down")),
+        "the run ends cancelled by the shutdown once the grace is over: {events:#?}"
     );
     let status = daemon.wait_exit(DEADLINE);
     assert!(status.success(), "flytod exited with {status}");
@@ -1038,8 +1062,14 @@ fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
     let (session, messages) = history(&env, &id);
     assert_eq!(session.status, "idle", "{session:#?}");
     assert!(
-        messages.iter().all(|m| m.role == "user"),
+        !messages.iter().any(|m| message_text(m).contains("tick")),
         "no half-written reply is stored: {messages:#?}"
+    );
+    assert!(
+        messages
+            .last()
+            .is_some_and(|m| message_text(m).contains("flytod shut down")),
+        "the interrupted reply leaves its marker: {messages:#?}"
     );
     let events = send(&env, &id, "again");
     assert_eq!(text_of(&events), "back again");
@@ -1173,4 +1203,450 @@ fn idle_session_actors_stop_and_start_again_on_demand() {
     assert_eq!(text_of(&send(&env, &id, "second")), "two");
     assert_eq!(live(&env), 1);
     fake.assert_protocol_ok();
+}
+
+/// `[permissions]` asking before any `touch`.
+const ASK_TOUCH: &str = "[permissions]\nask = [\"touch\"]\n";
+
+/// Reads a child's stderr in the background, so a test can wait for a line
+/// before it goes on.
+fn watch_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::Read;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stderr = child.stderr.take().expect("stderr");
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .expect("stderr")
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+#[test]
+fn session_cancel_and_ctrl_c_in_chat_say_cancelled() {
+    let slow = || {
+        Reply::slow_text(
+            (1..=40).map(|i| format!("{i} ")),
+            Duration::from_millis(500),
+        )
+    };
+    let (fake, env, _daemon) = setup(vec![slow(), slow()]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    let mut stream = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut stream, &id);
+    let out = env.ctl(&["session_cancel", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("cancelled {id}"), "{out:?}");
+    let rest = drain(&mut stream, &id);
+    assert!(
+        matches!(rest.last(), Some(SessionEvent::Cancelled { .. })),
+        "{rest:#?}"
+    );
+    let out = env.ctl(&["session_cancel", &id]);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("{id} was not running"),
+        "{out:?}"
+    );
+
+    // Ctrl-C in chat cancels the reply and says so in the same words.
+    let mut chat = flyto_tests::sessions_support::spawn_ctl(&env, &["chat", "--session", &id]);
+    let stderr = watch_stderr(&mut chat);
+    flyto_tests::sessions_support::write_stdin(&mut chat, "count again\n");
+    flyto_tests::sessions_support::wait_running(&env, &id);
+    // SAFETY: signalling the flytoctl this test started.
+    unsafe {
+        libc::kill(chat.id() as i32, libc::SIGINT);
+    }
+    let said = format!("cancelled {id}");
+    wait_until("chat to report the cancel", DEADLINE, || {
+        stderr.lock().expect("stderr").contains(&said).then_some(())
+    });
+    let (code, _, _) = flyto_tests::sessions_support::finish_ctl(chat);
+    let stderr = stderr.lock().expect("stderr").clone();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("was not running"), "{stderr}");
+    assert_eq!(fake.request_count(), 2);
+}
+
+#[test]
+fn an_ask_rule_prompts_the_terminal_and_runs_or_refuses_by_its_answer() {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        ASK_TOUCH,
+        vec![
+            Reply::tool_call("call_y", "bash", json!({"command": "touch yes.txt"})),
+            Reply::text("made it"),
+            Reply::tool_call("call_n", "bash", json!({"command": "touch no.txt"})),
+            Reply::text("left it"),
+        ],
+    );
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    // session_send: `y` on stdin (a pipe, hence --prompt-approvals).
+    let out = env.ctl_with(
+        &["session_send", &id, "make yes.txt", "--prompt-approvals"],
+        &[],
+        Some("y\n"),
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("approval needed: `touch yes.txt`")
+            && out.stderr.contains("ask rule \"touch\"")
+            && out.stderr.contains("[y/N]"),
+        "the prompt shows the command and the rule: {}",
+        out.stderr
+    );
+    assert!(dir.join("yes.txt").exists(), "the approved command ran");
+    let requests = fake.requests();
+    let result = request_tool_result(&requests[1], "call_y");
+    assert!(result.contains("exit code 0"), "{result}");
+
+    // chat: the message and then `n`, on the same stdin.
+    let out = env.ctl_with(
+        &["chat", "--session", &id, "--prompt-approvals"],
+        &[],
+        Some("make no.txt\nn\n"),
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("approval needed: `touch no.txt`"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("left it"), "{}", out.stdout);
+    assert!(
+        !dir.join("no.txt").exists(),
+        "the denied command did not run"
+    );
+    let result = request_tool_result(&fake.requests()[3], "call_n");
+    assert!(
+        result.contains("the user declined") && result.contains("Nothing was executed"),
+        "the model is told: {result}"
+    );
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are_refused() {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        &format!("{ASK_TOUCH}\n[sessions]\napproval_timeout = \"1s\"\n"),
+        vec![
+            Reply::tool_call("call_alone", "bash", json!({"command": "touch alone.txt"})),
+            Reply::text("nobody there"),
+            Reply::tool_call("call_ok", "bash", json!({"command": "touch ok.txt"})),
+            Reply::text("approved"),
+            Reply::tool_call("call_late", "bash", json!({"command": "touch late.txt"})),
+            Reply::text("no answer"),
+        ],
+    );
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+
+    // Nobody attached who could answer: refused at once, the model told.
+    let events = send(&env, &id, "make alone.txt");
+    assert!(done(&events), "{events:#?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, SessionEvent::ApprovalRequested { .. })),
+        "{events:#?}"
+    );
+    let (result, is_error) = tool_result(&events, "call_alone");
+    assert!(
+        is_error && result.contains("no one is attached"),
+        "{result}"
+    );
+    assert!(!dir.join("alone.txt").exists());
+
+    // An attached client that can answer gets the request; its answer is
+    // taken, a second one is late.
+    let mut attached = env.client();
+    attached.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    attached
+        .send(&Request::SessionAttach {
+            id: id.clone(),
+            recent: Some(0),
+            can_approve: true,
+        })
+        .expect("attach");
+    assert!(matches!(
+        attached.recv().expect("snapshot"),
+        Response::History { .. }
+    ));
+    let wait_request = |client: &mut flyto_tests::flyto_protocol::Client| loop {
+        match next_event(client, &id) {
+            Some((
+                _,
+                SessionEvent::ApprovalRequested {
+                    approval,
+                    command,
+                    rule,
+                    ..
+                },
+            )) => break (approval, command, rule),
+            // An attached client sees every run: earlier runs' events too.
+            Some(_) => {}
+            None => panic!("the stream ended"),
+        }
+    };
+    let mut script = start_send(&env, &id, "make ok.txt");
+    let (approval, command, rule) = wait_request(&mut attached);
+    assert_eq!(command, "touch ok.txt");
+    assert!(rule.contains("ask rule \"touch\""), "{rule}");
+    let approve = |allow| {
+        env.client().call(&Request::SessionApprove {
+            id: id.clone(),
+            approval,
+            allow,
+        })
+    };
+    assert_eq!(
+        approve(true).expect("the first answer"),
+        Response::ApprovalAnswered {
+            approval,
+            allow: true
+        }
+    );
+    match approve(false) {
+        Err(ClientError::Remote { code, message }) => {
+            assert_eq!(code, ErrorCode::Conflict, "{message}");
+        }
+        other => panic!("a second answer is late: {other:?}"),
+    }
+    let events = drain(&mut script, &id);
+    assert!(
+        events.iter().any(|e| matches!(e,
+            SessionEvent::ApprovalResolved { outcome, .. } if outcome == "allowed")),
+        "{events:#?}"
+    );
+    assert!(done(&events), "{events:#?}");
+    assert!(dir.join("ok.txt").exists(), "the approved command ran");
+
+    // Nobody answers: the run waits for approval_timeout, then refuses.
+    let mut script = start_send(&env, &id, "make late.txt");
+    wait_request(&mut attached);
+    let events = drain(&mut script, &id);
+    assert!(done(&events), "{events:#?}");
+    let (result, is_error) = tool_result(&events, "call_late");
+    assert!(
+        is_error && result.contains("no one answered within 1 s"),
+        "{result}"
+    );
+    assert!(!dir.join("late.txt").exists());
+    fake.assert_protocol_ok();
+}
+
+#[test]
+fn names_are_unique_and_a_deleted_session_is_gone() {
+    let (_fake, env, _daemon) = setup(vec![Reply::slow_text(
+        (1..=40).map(|i| format!("{i} ")),
+        Duration::from_millis(500),
+    )]);
+    let dir = workdir(&env, "ws");
+    let wd = dir.display().to_string();
+    let out = env.ctl(&["session_new", "--workdir", &wd, "--name", "work"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    let out = env.ctl(&["session_new", "--workdir", &wd, "--name", "work"]);
+    assert_eq!(out.code, 4, "a name in use is a Conflict: {out:?}");
+    assert!(
+        out.stderr.contains("already exists") && out.stderr.contains(&id),
+        "names the existing session: {}",
+        out.stderr
+    );
+
+    let mut stream = start_send(&env, &id, "count slowly");
+    wait_for_text(&mut stream, &id);
+    let out = env.ctl(&["session_delete", "work"]);
+    assert_eq!(out.code, 4, "a running session is not deleted: {out:?}");
+    assert!(out.stderr.contains("running"), "{}", out.stderr);
+    cancel(&env, &id);
+    drain(&mut stream, &id);
+    let plan_sock = env
+        .sock
+        .parent()
+        .expect("socket dir")
+        .join(format!("plan-{id}.sock"));
+    assert!(
+        plan_sock.exists(),
+        "the run opened the session's plan socket"
+    );
+
+    let out = env.ctl(&["session_delete", "work"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("deleted {id}"));
+    wait_until("the session's plan socket to close", DEADLINE, || {
+        (!plan_sock.exists()).then_some(())
+    });
+    let out = env.ctl(&["session_list"]);
+    assert!(!out.stdout.contains(&id), "{}", out.stdout);
+    let out = env.ctl(&["session_history", &id]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("no session"), "{}", out.stderr);
+    // The name is free again.
+    let out = env.ctl(&["session_new", "--workdir", &wd, "--name", "work"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_ne!(out.stdout.trim(), id);
+}
+
+#[test]
+fn a_run_cut_short_by_a_shutdown_makes_session_send_exit_6() {
+    let (_fake, env, mut daemon) = setup(vec![Reply::slow_text(
+        (1..=30).map(|i| format!("tick{i} ")),
+        Duration::from_secs(1),
+    )]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    let child = flyto_tests::sessions_support::spawn_ctl(&env, &["session_send", &id, "count"]);
+    flyto_tests::sessions_support::wait_running(&env, &id);
+    daemon.signal(libc::SIGTERM);
+    let (code, _, stderr) = flyto_tests::sessions_support::finish_ctl(child);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(
+        stderr.contains("interrupted: flytod is shutting down"),
+        "{stderr}"
+    );
+    assert!(daemon.wait_exit(DEADLINE).success());
+}
+
+#[test]
+fn an_agent_step_retried_after_a_crash_sends_its_prompt_once() {
+    let (fake, env, daemon) = setup(vec![
+        Reply::tool_call("call_sleep", "bash", json!({"command": "sleep 30"})),
+        Reply::text("finished after the restart"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let prompt = "wait a while, then report";
+    let plan = env.submit(PlanSpec {
+        name: None,
+        steps: vec![StepSpec {
+            id: "agent".into(),
+            prompt: Some(prompt.into()),
+            workdir: Some(dir.display().to_string()),
+            ..Default::default()
+        }],
+        env: Default::default(),
+    });
+    let name = format!("plan {plan}");
+    let id = wait_until("the step's session to run its tool", DEADLINE, || {
+        let Ok(Response::Sessions { sessions }) = env.client().call(&Request::SessionList {})
+        else {
+            return None;
+        };
+        let s = sessions
+            .into_iter()
+            .find(|s| s.name.as_deref() == Some(name.as_str()))?;
+        (!session_processes(&env, &s.id).is_empty()).then_some(s.id)
+    });
+    let _reap = ReapOnDrop {
+        env: &env,
+        id: id.clone(),
+    };
+    // session_new answers once what came before is durable.
+    new_session(&env, &dir);
+    daemon.kill9();
+    let _daemon = start(&env);
+
+    let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");
+    assert_eq!(view.steps[0].attempts, 2, "{view:#?}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let sent = flyto_tests::sessions_support::request_messages(&requests[1]);
+    let prompts = sent
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == prompt)
+        .count();
+    assert_eq!(
+        prompts, 1,
+        "the retried step's prompt is sent once: {sent:#?}"
+    );
+    let (_, messages) = history(&env, &id);
+    let stored = messages
+        .iter()
+        .filter(|m| m.role == "user" && message_text(m) == prompt)
+        .count();
+    assert_eq!(stored, 1, "and stored once: {messages:#?}");
+    assert_every_call_answered(&messages);
+}
+
+#[test]
+fn history_labels_tool_results_and_shows_when_each_message_came() {
+    let (_fake, env, _daemon) = setup(vec![
+        Reply::tool_call("call_r", "read", json!({"path": "a.txt"})),
+        Reply::text("It says hi."),
+    ]);
+    let dir = workdir(&env, "ws");
+    std::fs::write(dir.join("a.txt"), "hi\n").expect("a.txt");
+    let id = new_session(&env, &dir);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    assert!(done(&send(&env, &id, "read a.txt")));
+    let (_, messages) = history(&env, &id);
+    assert_eq!(messages.len(), 4, "{messages:#?}");
+    for m in &messages {
+        assert!(
+            m.created_ms + 1000 >= before && m.created_ms <= before + 60_000,
+            "message {} has its time: {}",
+            m.idx,
+            m.created_ms
+        );
+    }
+    let out = env.ctl(&["session_history", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains(" tool results:\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(" user:\nread a.txt\n"),
+        "{}",
+        out.stdout
+    );
+    // `[2] 2026-01-31 12:00:00Z tool results:`: a date on every heading.
+    let dated = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains("Z ") && l.contains(':'))
+        .count();
+    assert_eq!(dated, 4, "{}", out.stdout);
+}
+
+/// After a reset the context figure is what the model will see next (an
+/// estimate of the new window), not the last reported usage of the old one.
+#[test]
+fn after_a_reset_the_context_figure_is_the_new_window() {
+    let (_fake, env, _daemon) = setup(vec![
+        Reply::text("a long answer").usage(60_000, 500),
+        Reply::text("again").usage(61_000, 500),
+    ]);
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    assert!(done(&send(&env, &id, "first")));
+    let (session, _) = history(&env, &id);
+    assert!(session.context.tokens >= 60_000, "{session:#?}");
+
+    let out = env.ctl(&["session_reset", &id, "--hard"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (session, _) = history(&env, &id);
+    let tokens = session.context.tokens;
+    assert!(
+        tokens > 0 && tokens < 10_000,
+        "the figure counts the new window: {session:#?}"
+    );
+    // `count` groups thousands with commas.
+    let shown = |text: &str| text.replace(',', "").contains(&format!("{tokens} tokens"));
+    assert!(shown(&out.stdout), "session_reset says it: {}", out.stdout);
+    let out = env.ctl(&["session_history", &id]);
+    assert!(shown(&out.stdout), "{}", out.stdout);
+    assert!(!out.stdout.contains("60,"), "{}", out.stdout);
 }

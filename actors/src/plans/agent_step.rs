@@ -87,7 +87,14 @@ pub async fn run(
         let text = step.prompt.clone();
         let answer = session
             .call(
-                |reply| SessionMsg::Send { text, reply },
+                // `once`: a step retried after a crash finds its prompt
+                // already stored, unanswered, and must not add it again.
+                |reply| SessionMsg::Send {
+                    text,
+                    can_approve: false,
+                    once: true,
+                    reply,
+                },
                 Some(Duration::from_secs(60)),
             )
             .await;

@@ -3,6 +3,7 @@
 //! on request, hands out event subscriptions, and stops when idle.
 
 use super::SessionDeps;
+use super::approval::{Approvals, ApproverGuard};
 use super::model::{SessionRecord, SessionStatus, format_id, message_view};
 use super::run::{self, Emitter};
 use crate::llm::{Block, Message, Role};
@@ -10,11 +11,14 @@ use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionEvent, SessionView};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub struct Subscription {
     pub rx: broadcast::Receiver<(u64, SessionEvent)>,
+    /// Held while this listener can answer approval requests.
+    pub approver: Option<ApproverGuard>,
 }
 
 /// A session, its recent messages, and a subscription to what comes next.
@@ -25,16 +29,34 @@ pub enum SessionMsg {
     /// subscription taken before the run starts, so nothing is missed.
     Send {
         text: String,
+        /// The sender answers approval requests.
+        can_approve: bool,
+        /// A retried agent step: when `text` is already the last user
+        /// message and still unanswered, run on it instead of adding it
+        /// again.
+        once: bool,
         reply: RpcReplyPort<Result<Subscription, Reject>>,
     },
-    /// Answers whether a run was cancelled.
+    /// Cancels the run, if any. Answers the session as the cancel left it:
+    /// `cancelling` when a run was cancelled.
     Cancel {
-        reply: RpcReplyPort<bool>,
+        reply: RpcReplyPort<SessionView>,
     },
     /// The session and its last `recent` messages, plus live events.
     Attach {
         recent: u64,
+        can_approve: bool,
         reply: RpcReplyPort<Result<Snapshot, Reject>>,
+    },
+    /// Deletes the session (refused while it runs) and stops the actor.
+    Delete {
+        reply: RpcReplyPort<Result<(), Reject>>,
+    },
+    /// An attached client's answer to an approval request.
+    Approve {
+        approval: u64,
+        allow: bool,
+        reply: RpcReplyPort<Result<(), Reject>>,
     },
     View {
         reply: RpcReplyPort<SessionView>,
@@ -84,6 +106,10 @@ pub struct SessionState {
     last_active_ms: u64,
     /// Set while the daemon drains: waiting for the run to end.
     draining: Option<Vec<RpcReplyPort<()>>>,
+    approvals: Arc<Approvals>,
+    /// Set (before the cancel) when the current run is cancelled because
+    /// flytod shuts down.
+    shutdown: Arc<AtomicBool>,
 }
 
 impl Actor for SessionActor {
@@ -108,6 +134,8 @@ impl Actor for SessionActor {
             emit: None,
             seq: Arc::default(),
             draining: None,
+            approvals: Arc::default(),
+            shutdown: Arc::default(),
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -137,8 +165,18 @@ impl Actor for SessionActor {
             state.last_active_ms = state.deps.clock.now_ms();
         }
         match msg {
-            SessionMsg::Send { text, reply } => {
-                let answer = state.start(text, &myself);
+            SessionMsg::Send {
+                text,
+                can_approve,
+                once,
+                reply,
+            } => {
+                let answer = state.start(text, once, &myself).map(|mut sub| {
+                    if can_approve {
+                        sub.approver = Some(state.approvals.approver());
+                    }
+                    sub
+                });
                 match answer {
                     Ok(sub) => {
                         // Answer once the user's message is durable.
@@ -157,24 +195,66 @@ impl Actor for SessionActor {
                 }
             }
             SessionMsg::Cancel { reply } => {
-                let running = state.run.as_ref().is_some_and(|c| {
-                    c.cancel();
-                    true
-                });
-                let _ = reply.send(running);
+                let mut view = state.view();
+                if let Some(cancel) = &state.run {
+                    cancel.cancel();
+                    // Read before the run task has seen the cancel: say
+                    // what the cancel did, not what it interrupted.
+                    view.status = "cancelling".into();
+                }
+                let _ = reply.send(view);
             }
-            SessionMsg::Attach { recent, reply } => {
+            SessionMsg::Attach {
+                recent,
+                can_approve,
+                reply,
+            } => {
                 let rx = state.emitter().tx.subscribe();
+                let approver = can_approve.then(|| state.approvals.approver());
                 let from = state.rec.next_idx.saturating_sub(recent);
                 let answer = state
                     .deps
                     .store
-                    .messages(state.rec.id, from)
+                    .stamped_messages(state.rec.id, from, u64::MAX)
                     .map(|ms| {
-                        let views = ms.iter().map(|(i, m)| message_view(*i, m)).collect();
-                        (state.view(), views, Subscription { rx })
+                        let views = ms
+                            .iter()
+                            .map(|(i, m)| message_view(*i, m.created_ms, &m.message))
+                            .collect();
+                        (state.view(), views, Subscription { rx, approver })
                     })
                     .map_err(Reject::internal);
+                let _ = reply.send(answer);
+            }
+            SessionMsg::Delete { reply } => match state.delete() {
+                Ok(()) => {
+                    state.deps.store.after_sync(Box::new(move |synced| {
+                        let _ = reply.send(synced.map_err(|e| {
+                            Reject::internal(format!("cannot delete the session: {e}"))
+                        }));
+                    }));
+                    myself.stop(Some("deleted".into()));
+                }
+                Err(r) => {
+                    let _ = reply.send(Err(r));
+                }
+            },
+            SessionMsg::Approve {
+                approval,
+                allow,
+                reply,
+            } => {
+                let answer = if state.approvals.answer(approval, allow) {
+                    Ok(())
+                } else {
+                    Err(Reject::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "approval {approval} of {} is no longer waiting: it was already answered, timed out, or its run ended",
+                            format_id(state.rec.id)
+                        ),
+                    ))
+                };
                 let _ = reply.send(answer);
             }
             SessionMsg::View { reply } => {
@@ -204,6 +284,7 @@ impl Actor for SessionActor {
             }
             SessionMsg::DrainDeadline => {
                 if let Some(cancel) = &state.run {
+                    state.shutdown.store(true, Ordering::SeqCst);
                     cancel.cancel();
                 }
             }
@@ -321,6 +402,39 @@ impl SessionState {
         Ok(self.view())
     }
 
+    /// Removes the record and messages; the actor stops after this.
+    fn delete(&mut self) -> Result<(), Reject> {
+        self.idle_check()?;
+        self.deps
+            .store
+            .delete(self.rec.id)
+            .map_err(Reject::internal)
+    }
+
+    /// Whether `text` is the last user message and nothing answered it
+    /// (no assistant message without tool calls came after it): a step
+    /// retried after a crash finds its prompt there.
+    fn unanswered_prompt(&self, text: &str) -> Result<bool, Reject> {
+        let ms = self
+            .deps
+            .store
+            .messages(self.rec.id, self.rec.context_base_idx)
+            .map_err(Reject::internal)?;
+        let Some(pos) = ms
+            .iter()
+            .rposition(|(_, m)| crate::compaction::window::is_user_turn(m))
+        else {
+            return Ok(false);
+        };
+        let (_, prompt) = &ms[pos];
+        let same = matches!(prompt.content.as_slice(), [Block::Text { text: t }] if t == text);
+        let answered = ms[pos + 1..].iter().any(|(_, m)| {
+            m.role == Role::Assistant
+                && !m.content.iter().any(|b| matches!(b, Block::ToolUse { .. }))
+        });
+        Ok(same && !answered)
+    }
+
     fn last_user_turn(&self, from: u64) -> Result<Option<u64>, Reject> {
         Ok(self
             .deps
@@ -375,6 +489,7 @@ impl SessionState {
     fn start(
         &mut self,
         text: String,
+        once: bool,
         myself: &ActorRef<SessionMsg>,
     ) -> Result<Subscription, Reject> {
         self.idle_check()?;
@@ -389,13 +504,17 @@ impl SessionState {
             .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
         self.rec.status = SessionStatus::Running;
         self.rec.error = None;
-        self.rec.next_idx += 1;
         self.rec.updated_ms = self.deps.clock.now_ms();
-        let message = Message::user_text(text);
-        super::context::count_appended(&mut self.rec, std::slice::from_ref(&message));
+        let messages = if once && self.unanswered_prompt(&text)? {
+            Vec::new()
+        } else {
+            vec![Message::user_text(text)]
+        };
+        self.rec.next_idx += messages.len() as u64;
+        super::context::count_appended(&mut self.rec, &messages);
         self.deps
             .store
-            .save(&self.rec, &[message], false)
+            .save(&self.rec, &messages, false)
             .map_err(Reject::internal)?;
         Ok(self.begin(run::Mode::Chat, myself))
     }
@@ -411,15 +530,22 @@ impl SessionState {
         }
         let sub = Subscription {
             rx: self.emitter().tx.subscribe(),
+            approver: None,
         };
         let cancel = CancellationToken::new();
         self.run = Some(cancel.clone());
+        self.shutdown = Arc::default();
+        let ctl = run::Control {
+            cancel,
+            shutdown: self.shutdown.clone(),
+            approvals: self.approvals.clone(),
+        };
         let deps = self.deps.clone();
         let rec = self.rec.clone();
         let emit = self.emitter().clone();
         let me = myself.clone();
         tokio::spawn(async move {
-            let finished = run::run(deps, rec, cancel, emit, mode).await;
+            let finished = run::run(deps, rec, ctl, emit, mode).await;
             let _ = me.cast(SessionMsg::RunFinished(Box::new(finished)));
         });
         sub

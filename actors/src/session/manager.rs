@@ -85,6 +85,8 @@ pub struct ManagerState {
     myself: Option<ActorRef<ManagerMsg>>,
     last_trim: Option<std::time::Instant>,
     trim_pending: bool,
+    /// flytod is shutting down: no new sessions.
+    draining: bool,
 }
 
 fn not_found(id: &str) -> Reject {
@@ -117,6 +119,7 @@ impl Actor for SessionManager {
             myself: Some(myself),
             last_trim: None,
             trim_pending: false,
+            draining: false,
         })
     }
 
@@ -197,6 +200,7 @@ impl Actor for SessionManager {
                 let _ = reply.send(answer);
             }
             ManagerMsg::Drain { grace, reply } => {
+                state.draining = true;
                 let sessions: Vec<ActorRef<SessionMsg>> = state.live.values().cloned().collect();
                 // Waiting here would block the mailbox; a task waits instead.
                 tokio::spawn(async move {
@@ -319,6 +323,12 @@ impl ManagerState {
         model: Option<String>,
         chain: Option<(String, u32)>,
     ) -> Result<SessionView, Reject> {
+        if self.draining {
+            return Err(Reject::new(
+                ErrorCode::Unavailable,
+                "flytod is shutting down: create the session again once it has restarted",
+            ));
+        }
         let config = self.deps.config();
         let workdir = workdir.unwrap_or(config.default_workdir);
         let path = Path::new(&workdir);
@@ -339,6 +349,23 @@ impl ManagerState {
             return Err(Reject::new(
                 ErrorCode::BadRequest,
                 "a session name must be 1 to 128 bytes",
+            ));
+        }
+        if let Some(n) = &name
+            && let Some(existing) = self
+                .deps
+                .store
+                .list()
+                .map_err(Reject::internal)?
+                .iter()
+                .find(|r| r.name.as_deref() == Some(n.as_str()))
+        {
+            let id = format_id(existing.id);
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "a session named `{n}` already exists: {id}; continue it (`flytoctl chat --name {n}`, `flytoctl session_send {id} …`), delete it with `flytoctl session_delete {id}`, or choose another name"
+                ),
             ));
         }
         let id = self.next_id;
@@ -408,10 +435,10 @@ impl ManagerState {
         let messages = self
             .deps
             .store
-            .messages(n, 0)
+            .stamped_messages(n, 0, u64::MAX)
             .map_err(Reject::internal)?
             .iter()
-            .map(|(i, m)| message_view(*i, m))
+            .map(|(i, m)| message_view(*i, m.created_ms, &m.message))
             .collect();
         let running = self.live.contains_key(&n) && rec.status == SessionStatus::Running;
         let summary = rec.context.summary_message(rec.context_base_idx);

@@ -10,10 +10,13 @@
 //! record and messages; outside a run only the actor does.
 //! **Invariant**: a stored transcript never ends with a tool call without
 //! its result — cancel writes `[cancelled by user]` results, recovery after
-//! a crash writes `interrupted` results.
+//! a crash writes `interrupted` results. A cancelled reply leaves a
+//! `[cancelled]` assistant message, so the user sees it in the history and
+//! the model on its next run.
 //! It never sees a connection; the daemon translates requests.
 
 pub mod actor;
+pub mod approval;
 pub mod context;
 pub mod manager;
 pub mod model;
@@ -49,6 +52,8 @@ pub struct SessionConfig {
     /// The control socket: tool processes get it as `FLYTO_PLAN_SOCK` only
     /// when no scoped plan socket could be opened.
     pub plan_socket: String,
+    /// How long an `ask` waits for an attached person's answer.
+    pub approval_timeout: Duration,
 }
 
 impl Default for SessionConfig {
@@ -61,6 +66,7 @@ impl Default for SessionConfig {
             default_workdir: std::env::var("HOME").unwrap_or_else(|_| "/".into()),
             default_model: "main".into(),
             plan_socket: String::new(),
+            approval_timeout: Duration::from_secs(300),
         }
     }
 }

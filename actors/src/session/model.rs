@@ -8,8 +8,17 @@ use serde::{Deserialize, Serialize};
 /// Bump with a migration in `store.rs` when a record's shape changes.
 /// 2: the compaction state (`context`).
 pub const SESSION_FORMAT_VERSION: u32 = 2;
-/// Messages have their own version: their shape did not change with 2.
-pub const MESSAGE_FORMAT_VERSION: u32 = 1;
+/// Messages have their own version. 2: each message keeps the time it was
+/// stored ([`StoredMessage`]); format 1 was a bare [`Message`].
+pub const MESSAGE_FORMAT_VERSION: u32 = 2;
+
+/// A message as format 2 stores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub message: Message,
+    /// ms since the epoch; 0 for messages migrated from format 1.
+    pub created_ms: u64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionStatus {
@@ -139,8 +148,9 @@ impl SessionRecord {
     }
 }
 
-pub fn message_view(idx: u64, m: &Message) -> MessageView {
+pub fn message_view(idx: u64, created_ms: u64, m: &Message) -> MessageView {
     MessageView {
+        created_ms,
         idx,
         role: match m.role {
             Role::User => "user".into(),

@@ -533,6 +533,7 @@ mod tests {
             workdir: std::env::temp_dir(),
             env: vec![],
             cancel: CancellationToken::new(),
+            approver: None,
         };
         Fixture {
             registry,

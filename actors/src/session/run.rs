@@ -4,6 +4,7 @@
 //! always saying how to continue.
 
 use super::SessionDeps;
+use super::approval::{Approvals, RunApprover};
 use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
 use super::normalize::normalize;
@@ -16,7 +17,7 @@ use crate::tools::env::child_env;
 use flyto_protocol::SessionEvent;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +76,22 @@ pub struct Finished {
     pub record: SessionRecord,
 }
 
+/// What the actor keeps to steer a run.
+pub struct Control {
+    pub cancel: CancellationToken,
+    /// Set before `cancel` fires when flytod shuts down.
+    pub shutdown: Arc<AtomicBool>,
+    pub approvals: Arc<Approvals>,
+}
+
+/// What a cancelled reply leaves in the transcript: the user sees it in the
+/// history, the model on its next run.
+pub const CANCELLED_MARKER: &str =
+    "[cancelled] This reply was cancelled by the user before it was finished.";
+/// The same, when flytod shut down during the reply.
+pub const SHUTDOWN_MARKER: &str =
+    "[cancelled] This reply was interrupted because flytod shut down before it was finished.";
+
 enum Stop {
     Done { stop: &'static str, message: String },
     Cancelled,
@@ -92,16 +109,33 @@ pub enum Mode {
 pub async fn run(
     deps: Arc<SessionDeps>,
     mut rec: SessionRecord,
-    cancel: CancellationToken,
+    ctl: Control,
     emit: Emitter,
     mode: Mode,
 ) -> Finished {
     rec.runs += 1;
     emit.emit(SessionEvent::RunStart { run: rec.runs });
-    let stop = match drive(&deps, &mut rec, &cancel, &emit, mode).await {
+    let mut stop = match drive(&deps, &mut rec, &ctl, &emit, mode).await {
         Ok(stop) => stop,
         Err(e) => Stop::Failed(e),
     };
+    let shutdown = ctl.shutdown.load(Ordering::SeqCst);
+    if matches!(stop, Stop::Cancelled) && mode == Mode::Chat {
+        let marker = if shutdown {
+            SHUTDOWN_MARKER
+        } else {
+            CANCELLED_MARKER
+        };
+        let message = Message {
+            role: Role::Assistant,
+            content: vec![Block::Text {
+                text: marker.into(),
+            }],
+        };
+        if let Err(e) = append(&deps, &mut rec, &mut Vec::new(), vec![message]) {
+            stop = Stop::Failed(e);
+        }
+    }
     rec.status = match stop {
         Stop::Failed(_) => SessionStatus::Error,
         _ => SessionStatus::Idle,
@@ -116,8 +150,13 @@ pub async fn run(
             stop: stop.into(),
             message,
         },
+        Stop::Cancelled if shutdown => SessionEvent::Cancelled {
+            message: "interrupted: flytod is shutting down; send a message to continue once it has restarted".into(),
+            shutdown: true,
+        },
         Stop::Cancelled => SessionEvent::Cancelled {
             message: "cancelled by user; send a message to continue".into(),
+            shutdown: false,
         },
         Stop::Failed(m) => SessionEvent::Error {
             message: format!("{m}; send a message to try again"),
@@ -198,10 +237,11 @@ fn append(
 async fn drive(
     deps: &SessionDeps,
     rec: &mut SessionRecord,
-    cancel: &CancellationToken,
+    ctl: &Control,
     emit: &Emitter,
     mode: Mode,
 ) -> Result<Stop, String> {
+    let cancel = &ctl.cancel;
     let config = deps.config();
     let models = deps.models();
     let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
@@ -230,6 +270,11 @@ async fn drive(
             ],
         ),
         cancel: cancel.child_token(),
+        approver: Some(Arc::new(RunApprover {
+            approvals: ctl.approvals.clone(),
+            emit: emit.clone(),
+            timeout: config.approval_timeout,
+        })),
     };
     let system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
     let workdir_text = workdir.display().to_string();

@@ -1,11 +1,12 @@
 //! The session room's storage, behind [`SessionStore`].
 //!
 //! sled layout, tree `sessions`, each change one atomic batch:
-//! `r<id>` session record · `m<id><idx>` message (append-only) · `n` next
-//! id. Ids and indexes are big-endian so keys sort numerically.
+//! `r<id>` session record · `m<id><idx>` message (append-only, stamped
+//! with the record's `updated_ms` when written) · `n` next id. Ids and
+//! indexes are big-endian so keys sort numerically.
 
 use super::model::{
-    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1,
+    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1, StoredMessage,
 };
 use crate::llm::Message;
 use crate::store::{
@@ -35,7 +36,22 @@ pub trait SessionStore: Send + Sync + 'static {
         id: u64,
         from: u64,
         to: u64,
-    ) -> Result<Vec<(u64, Message)>, StoreError>;
+    ) -> Result<Vec<(u64, Message)>, StoreError> {
+        Ok(self
+            .stamped_messages(id, from, to)?
+            .into_iter()
+            .map(|(idx, m)| (idx, m.message))
+            .collect())
+    }
+    /// [`Self::messages_range`] with the time each message was stored.
+    fn stamped_messages(
+        &self,
+        id: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, StoredMessage)>, StoreError>;
+    /// Removes the record and every message of session `id`, atomically.
+    fn delete(&self, id: u64) -> Result<(), StoreError>;
     fn after_sync(&self, then: AfterSync);
 }
 
@@ -73,6 +89,17 @@ fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {
     Err(format!("no migration from session format {found}"))
 }
 
+/// Format 1 kept no time: 0 says "unknown".
+fn migrate_message(found: u32, body: &[u8]) -> Result<StoredMessage, String> {
+    match found {
+        1 => decode_body::<Message>(body).map(|message| StoredMessage {
+            message,
+            created_ms: 0,
+        }),
+        other => no_migration(other, body),
+    }
+}
+
 fn migrate_record(found: u32, body: &[u8]) -> Result<SessionRecord, String> {
     match found {
         1 => decode_body::<SessionRecordV1>(body).map(SessionRecord::from),
@@ -103,9 +130,13 @@ impl SessionStore for SledSessionStore {
         );
         let first = record.next_idx.saturating_sub(messages.len() as u64);
         for (i, m) in messages.iter().enumerate() {
+            let stored = StoredMessage {
+                message: m.clone(),
+                created_ms: record.updated_ms,
+            };
             batch.insert(
                 message_key(record.id, first + i as u64),
-                encode_record(MESSAGE_FORMAT_VERSION, m),
+                encode_record(MESSAGE_FORMAT_VERSION, &stored),
             );
         }
         if new {
@@ -140,12 +171,12 @@ impl SessionStore for SledSessionStore {
         Ok(out)
     }
 
-    fn messages_range(
+    fn stamped_messages(
         &self,
         id: u64,
         from: u64,
         to: u64,
-    ) -> Result<Vec<(u64, Message)>, StoreError> {
+    ) -> Result<Vec<(u64, StoredMessage)>, StoreError> {
         let mut out = Vec::new();
         if from >= to {
             return Ok(out);
@@ -167,13 +198,88 @@ impl SessionStore for SledSessionStore {
                 .unwrap_or(0);
             out.push((
                 idx,
-                decode_record("session message", &v, MESSAGE_FORMAT_VERSION, no_migration)?,
+                decode_record(
+                    "session message",
+                    &v,
+                    MESSAGE_FORMAT_VERSION,
+                    migrate_message,
+                )?,
             ));
         }
         Ok(out)
     }
 
+    fn delete(&self, id: u64) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.remove(record_key(id));
+        for kv in self
+            .store
+            .scan_prefix(&self.tree, &message_prefix(id), false)
+        {
+            let (k, _) = kv?;
+            batch.remove(k.to_vec());
+        }
+        self.store.apply(&self.tree, &batch)
+    }
+
     fn after_sync(&self, then: AfterSync) {
         self.store.after_sync(then);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::model::SessionStatus;
+
+    fn record(id: u64, next_idx: u64, updated_ms: u64) -> SessionRecord {
+        SessionRecord {
+            id,
+            name: None,
+            workdir: "/w".into(),
+            model: "main".into(),
+            status: SessionStatus::Idle,
+            error: None,
+            next_idx,
+            context_base_idx: 0,
+            usage: Default::default(),
+            cost_usd: 0.0,
+            created_ms: 1,
+            updated_ms,
+            runs: 0,
+            chain: "s1".into(),
+            depth: 0,
+            context: Default::default(),
+        }
+    }
+
+    #[test]
+    fn messages_keep_their_time_and_old_ones_migrate_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), 8 << 20).unwrap();
+        let sessions = SledSessionStore::open(store.clone()).unwrap();
+        // A message as format 1 wrote it: a bare Message.
+        let mut batch = Batch::new();
+        batch.insert(
+            message_key(1, 0),
+            encode_record(1, &Message::user_text("old")),
+        );
+        store.apply(&sessions.tree, &batch).unwrap();
+        sessions
+            .save(&record(1, 2, 5_000), &[Message::user_text("new")], true)
+            .unwrap();
+        let got = sessions.stamped_messages(1, 0, u64::MAX).unwrap();
+        let times: Vec<(u64, u64)> = got.iter().map(|(i, m)| (*i, m.created_ms)).collect();
+        assert_eq!(times, [(0, 0), (1, 5_000)]);
+        assert_eq!(got[0].1.message, Message::user_text("old"));
+
+        // Deleting takes the record and every message, and only those.
+        sessions
+            .save(&record(2, 1, 6_000), &[Message::user_text("other")], true)
+            .unwrap();
+        sessions.delete(1).unwrap();
+        assert!(sessions.get(1).unwrap().is_none());
+        assert!(sessions.messages(1, 0).unwrap().is_empty());
+        assert_eq!(sessions.messages(2, 0).unwrap().len(), 1);
     }
 }

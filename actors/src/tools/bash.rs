@@ -10,7 +10,9 @@
 //! dropped.
 //!
 //! **Invariant**: nothing runs unless [`Policy::check`] allowed every simple
-//! command of the line; a refusal is an error result that says why.
+//! command of the line, or a person attached to the session approved its
+//! `ask` (through the context's [`super::Approver`]); a refusal is an error
+//! result that says why.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,9 +22,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
-use super::policy::Policy;
+use super::policy::{Decision, Policy, Rule};
 use super::process::{self, CancelReason, CommandSpec, Exit};
-use super::{Tool, ToolContext, ToolFuture, ToolOutput};
+use super::{Approval, Tool, ToolContext, ToolFuture, ToolOutput};
 
 /// Timeout when the call gives none.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
@@ -125,7 +127,8 @@ impl BashTool {
                 );
             }
         };
-        if let Some(refusal) = policy.check(&args.command, &ctx.workdir).message() {
+        let decision = policy.check(&args.command, &ctx.workdir);
+        if let Some(refusal) = refusal(ctx, &args.command, &decision).await {
             return ToolOutput::error(refusal);
         }
         if ctx.cancel.is_cancelled() {
@@ -154,6 +157,38 @@ impl Tool for BashTool {
 
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
         Box::pin(self.run(ctx, args_json))
+    }
+}
+
+/// Why the command may not run; `None` when it may: allowed, or an `ask`
+/// that a person attached to the session approved.
+async fn refusal(ctx: &ToolContext, line: &str, decision: &Decision) -> Option<String> {
+    let Decision::Ask {
+        rule,
+        command,
+        reason,
+    } = decision
+    else {
+        return decision.message();
+    };
+    let approver = match (&ctx.approver, rule) {
+        // What cannot be parsed cannot be shown for approval either.
+        (Some(approver), r) if *r != Rule::Unparsable => approver,
+        _ => return decision.message(),
+    };
+    match approver.approve(line, &format!("{rule}: {reason}")).await {
+        Approval::Allowed => None,
+        Approval::NoOneAttached => decision.message(),
+        Approval::Denied => Some(format!(
+            "Not run: the user declined `{command}` ({rule}). Nothing was executed. Do not \
+             retry it; use another approach, or ask the user what they want instead."
+        )),
+        Approval::TimedOut(after) => Some(format!(
+            "Not run: `{command}` needs the user's approval ({rule}: {reason}), and no one \
+             answered within {} s, so it was refused. Nothing was executed. Do not retry it \
+             unchanged; use another approach or tell the user.",
+            after.as_secs()
+        )),
     }
 }
 
@@ -318,6 +353,7 @@ mod tests {
                 ("HOME".into(), dir.display().to_string()),
             ],
             cancel: CancellationToken::new(),
+            approver: None,
         }
     }
 

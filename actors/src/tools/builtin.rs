@@ -106,6 +106,7 @@ pub(crate) mod test_support {
             workdir: std::fs::canonicalize(workdir).unwrap(),
             env: Vec::new(),
             cancel: CancellationToken::new(),
+            approver: None,
         }
     }
 

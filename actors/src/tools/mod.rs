@@ -39,6 +39,31 @@ pub struct ToolContext {
     pub env: Vec<(String, String)>,
     /// Fires on cancel: the tool stops and kills what it started.
     pub cancel: CancellationToken,
+    /// Who may approve an `ask` command; `None` (plans, tests): no one, so
+    /// an ask is a refusal.
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+/// How a request for a person's approval ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    Allowed,
+    Denied,
+    /// No client that can answer is attached (or the last one left).
+    NoOneAttached,
+    /// No one answered within this long.
+    TimedOut(std::time::Duration),
+}
+
+/// Asks a person whether a command the policy flagged `ask` may run.
+/// Dropping the future withdraws the request.
+pub trait Approver: Send + Sync {
+    /// `command`: the whole command line; `rule`: the rule that asks and why.
+    fn approve<'a>(
+        &'a self,
+        command: &'a str,
+        rule: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
 }
 
 /// A tool's answer, as the model will see it.

@@ -13,9 +13,11 @@
 //! 5. an `allow` rule → allowed
 //! 6. otherwise `default` (`allow` unless configured)
 //!
-//! The most severe verdict over all simple commands wins. A daemon has no one
-//! to ask, so **ask is a denial** whose message tells the model what was
-//! blocked, why, and what the user can change to allow it. A command that
+//! The most severe verdict over all simple commands wins. An **ask** runs
+//! only when a person attached to the session approves it (see
+//! `session/approval.rs`); with no one attached, or no answer in time, it is
+//! a denial whose message tells the model what was blocked, why, and what
+//! the user can change to allow it. A command that
 //! cannot be parsed is an ask too: what cannot be read cannot be checked.
 //!
 //! ```toml

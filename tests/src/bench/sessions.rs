@@ -537,6 +537,7 @@ async fn daemon_round(
             c.send(&Request::SessionSend {
                 id,
                 text: format!("read {TOOL_FILE} and tell me what it says"),
+                can_approve: false,
             })
             .await?;
             read_run(&mut c).await
@@ -668,6 +669,7 @@ fn cancel_latency(
                     .send(&Request::SessionSend {
                         id: id.clone(),
                         text: "write slowly".into(),
+                        can_approve: false,
                     })
                     .await?;
                 // The stream is read all along, each event stamped when it
@@ -821,6 +823,7 @@ async fn exchanges(sock: &Path, workdir: &Path, n: usize, workers: usize) -> any
                 c.send(&Request::SessionSend {
                     id,
                     text: "hi".into(),
+                    can_approve: false,
                 })
                 .await?;
                 let seen = read_run(&mut c).await?;
