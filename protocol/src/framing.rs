@@ -408,7 +408,11 @@ mod tests {
                     finished_ms: None,
                     steps_total: 2,
                     steps_done: 1,
+                    steps_succeeded: 1,
+                    steps_failed: 0,
+                    steps_skipped: 0,
                 }],
+                total: 7,
             },
             Response::PlanCancelled {
                 id: "p1".into(),

@@ -39,5 +39,6 @@ pub use framing::{FrameError, MAX_FRAME};
 pub use types::*;
 
 /// Version of the request/response types. Bumped on any incompatible change
-/// (2: `ContextView::head_from_idx`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// (2: `ContextView::head_from_idx`; 3: issue 10's additions, e.g.
+/// `Plans::total` and the per-outcome step counts of `PlanSummary`).
+pub const PROTOCOL_VERSION: u32 = 3;
