@@ -28,11 +28,13 @@ pub struct StatusArgs {
     pub json: bool,
 
     /// Follow the plan until it finishes (progress bar on a terminal, one
-    /// `<step> <state>` line per change otherwise); exits with its outcome
+    /// `<step> <state>` line per change otherwise); exits with its outcome.
+    /// Ctrl-C stops following; the plan keeps running
     #[arg(long, conflicts_with = "log")]
     pub watch: bool,
 
-    /// Print the full output log of STEP (stdout and stderr as they came)
+    /// Print the full output log of STEP (stdout and stderr as they came;
+    /// read from flytod's state directory, so on the same machine only)
     #[arg(long, value_name = "STEP")]
     pub log: Option<String>,
 

@@ -37,7 +37,8 @@ pub struct SubmitArgs {
     #[arg(long, requires = "one_step")]
     pub name: Option<String>,
 
-    /// Step timeout: seconds, or a duration like 90s, 5m, 1h30m
+    /// Step timeout: seconds, or a duration like 90s, 5m, 1h30m [default:
+    /// flytod's plans.step_timeout]
     #[arg(long, value_name = "SECS", value_parser = plan_file::parse_timeout, requires = "one_step")]
     pub timeout: Option<u64>,
 
@@ -45,7 +46,9 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "DIR", requires = "one_step")]
     pub workdir: Option<PathBuf>,
 
-    /// How many times the step may be started
+    /// How many times the step may be started: it starts again only after
+    /// flytod was interrupted (a non-zero exit is final) [default: flytod's
+    /// plans.max_attempts]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), requires = "one_step")]
     pub max_attempts: Option<u32>,
 
@@ -58,7 +61,9 @@ pub struct SubmitArgs {
     pub idempotency_key: Option<String>,
 
     /// Wait for the plan to finish, print the steps' output (stdout and
-    /// stderr) and exit with its outcome instead of printing the id
+    /// stderr; all of it for short steps, else its end and the command that
+    /// prints the rest) and exit with its outcome instead of printing the
+    /// id. Ctrl-C stops waiting; the plan keeps running
     #[arg(long)]
     pub wait: bool,
 }
