@@ -236,6 +236,9 @@ impl Lines {
             .max_history_size(HISTORY_LINES)
             .context("cannot set up line editing")?
             .auto_add_history(true)
+            // Prompt and editing on the terminal itself: stdout carries
+            // only the replies, even when redirected.
+            .behavior(rustyline::Behavior::PreferTerm)
             .build();
         let mut editor =
             DefaultEditor::with_config(config).context("cannot set up line editing")?;
