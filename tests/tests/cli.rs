@@ -413,7 +413,7 @@ fn chat_on_a_terminal_edits_lines_and_keeps_slash_commands_local() {
     });
     let mut at = chat.wait_for(0, "/help lists commands");
     at = chat.wait_for(at, "> ");
-    let mut say = |chat: &mut Running, line: &str, expect: &str, at: usize| {
+    let say = |chat: &mut Running, line: &str, expect: &str, at: usize| {
         chat.stdin()
             .write_all(format!("{line}\r").as_bytes())
             .unwrap();
