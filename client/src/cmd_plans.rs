@@ -1,4 +1,4 @@
-//! `plan_cancel` and `plan_list`.
+//! `plan_cancel`, `plan_list`, `plan_restart` and `plan_remove`.
 
 use crate::conn::Ctx;
 use crate::exit;
@@ -11,11 +11,44 @@ use flyto_protocol::{PlanState, Request, Response};
 
 pub fn cancel(ctx: &Ctx, id: String) -> Result<u8> {
     match ctx.request(&Request::PlanCancel { id })? {
-        Response::PlanCancelled { id, state } => {
+        Response::PlanCancelled {
+            id,
+            state,
+            already_finished: true,
+        } => {
+            output::stdout(&format!(
+                "{id} had already finished ({}): nothing to cancel\n",
+                state.as_str()
+            ))?;
+            Ok(exit::SUCCESS)
+        }
+        Response::PlanCancelled { id, state, .. } => {
             output::stdout(&format!("{}\n", render::cancelled(&id, state)))?;
             Ok(exit::SUCCESS)
         }
         other => Err(crate::conn::unexpected("plan_cancel", &other)),
+    }
+}
+
+/// Prints the new plan's id.
+pub fn restart(ctx: &Ctx, id: String) -> Result<u8> {
+    match ctx.request(&Request::PlanRestart { id: id.clone() })? {
+        Response::PlanSubmitted { id: new, .. } => {
+            output::note(&format!("restarted {id} as {new}"));
+            output::stdout(&format!("{new}\n"))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(crate::conn::unexpected("plan_restart", &other)),
+    }
+}
+
+pub fn remove(ctx: &Ctx, id: String) -> Result<u8> {
+    match ctx.request(&Request::PlanRemove { id })? {
+        Response::PlanRemoved { id } => {
+            output::stdout(&format!("removed {id} and its logs\n"))?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(crate::conn::unexpected("plan_remove", &other)),
     }
 }
 

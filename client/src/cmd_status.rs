@@ -20,7 +20,7 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Plan id, as printed by submit_plan
+    /// Plan id, as printed by submit_plan, or its name
     pub id: String,
 
     /// Print the plan as pretty JSON

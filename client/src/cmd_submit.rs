@@ -13,7 +13,7 @@ use crate::sanitize::for_tty;
 use crate::watch;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
-use flyto_protocol::{PlanState, PlanView, Request, Response, StepView};
+use flyto_protocol::{ClientError, ErrorCode, PlanState, PlanView, Request, Response, StepView};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -42,7 +42,7 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "SECS", value_parser = plan_file::parse_timeout, requires = "one_step")]
     pub timeout: Option<u64>,
 
-    /// Working directory of the step [default for --run: the current directory]
+    /// Working directory of the step [default: the current directory]
     #[arg(long, value_name = "DIR", requires = "one_step")]
     pub workdir: Option<PathBuf>,
 
@@ -66,10 +66,16 @@ pub struct SubmitArgs {
     /// id. Ctrl-C stops waiting; the plan keeps running
     #[arg(long)]
     pub wait: bool,
+
+    /// Set a variable in every step's environment (repeatable; over the
+    /// file's plan-level `env`, under a step's own). PATH, VIRTUAL_ENV,
+    /// CONDA_PREFIX and CONDA_DEFAULT_ENV are taken from yours unless set
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = plan_file::parse_env)]
+    pub env: Vec<(String, String)>,
 }
 
 pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
-    let plan = if args.run.is_some() || args.prompt.is_some() {
+    let mut plan = if args.run.is_some() || args.prompt.is_some() {
         plan_file::one_step(OneStep {
             run: args.run,
             prompt: args.prompt,
@@ -82,12 +88,14 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
     } else {
         plan_file::load(args.file.as_deref())?
     };
+    plan_file::add_env(&mut plan, args.env, |k| std::env::var(k).ok());
     let mut client = ctx.connect()?;
     let req = Request::SubmitPlan {
         plan,
         idempotency_key: args.idempotency_key,
     };
-    let (id, duplicate) = match conn::call(&mut client, &req)? {
+    let answer = conn::call(&mut client, &req).map_err(invalid_plan_is_usage)?;
+    let (id, duplicate) = match answer {
         Response::PlanSubmitted { id, duplicate } => (id, duplicate),
         other => return Err(conn::unexpected("submit_plan", &other)),
     };
@@ -181,6 +189,18 @@ fn step_output(step: &StepView, log_len: Option<u64>) -> StepOutput {
     StepOutput {
         cut_from: Some(len),
         ..tails
+    }
+}
+
+/// A plan the daemon finds invalid (a `BadRequest`) is a usage error like
+/// one flytoctl finds itself: exit 2, whichever side noticed.
+fn invalid_plan_is_usage(err: anyhow::Error) -> anyhow::Error {
+    match err.downcast_ref::<ClientError>() {
+        Some(ClientError::Remote {
+            code: ErrorCode::BadRequest,
+            message,
+        }) => exit::usage(format!("the plan is not valid: {message}")),
+        _ => err,
     }
 }
 

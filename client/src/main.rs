@@ -70,7 +70,7 @@ enum Command {
     /// Cancel a plan (a running step's process group is killed)
     #[command(name = "plan_cancel")]
     PlanCancel {
-        /// Plan id
+        /// Plan id or name
         id: String,
     },
 
@@ -169,6 +169,21 @@ enum Command {
         json: bool,
     },
 
+    /// Submit a finished plan again as a new plan (same steps, env and
+    /// workdirs); prints the new id, whose status names the old one
+    #[command(name = "plan_restart")]
+    PlanRestart {
+        /// Plan id or name
+        id: String,
+    },
+
+    /// Delete a finished plan and its logs (refused while it is pending or running)
+    #[command(name = "plan_remove")]
+    PlanRemove {
+        /// Plan id or name
+        id: String,
+    },
+
     /// Print a shell completion script
     ///
     /// bash: `flytoctl completions bash > ~/.local/share/bash-completion/completions/flytoctl`;
@@ -234,6 +249,8 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Chat(args) => chat::run(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
+        Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),
+        Command::PlanRemove { id } => cmd_plans::remove(&ctx, id),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli_command(), "flytoctl", &mut script);

@@ -1,9 +1,10 @@
 //! Plans to submit: a `PlanSpec` read from a TOML or JSON file (or stdin),
 //! or the one-step plan of `--run` / `--prompt`.
 //!
-//! Relative step `workdir`s in a file are resolved against the file's
-//! directory (the current directory for stdin), because the daemon runs
-//! elsewhere.
+//! Workdirs follow one rule, because the daemon runs elsewhere: a step
+//! without one runs in the submitter's current directory; a relative one
+//! in a file is relative to the file's directory (the current directory for
+//! stdin); `~` and `~/…` are the submitter's home.
 
 use crate::exit::usage;
 use anyhow::{Context, Result};
@@ -53,21 +54,11 @@ pub fn parse(source: &str, text: &str, format: Format) -> Result<PlanSpec> {
     Ok(plan)
 }
 
+/// The daemon's own structural checks, here so that every invalid plan
+/// file is a usage error (exit 2) before anything is sent.
 fn check(source: &str, plan: &PlanSpec) -> Result<()> {
-    if plan.steps.is_empty() {
-        return Err(usage(format!(
-            "{source} has no steps: add at least one step with an `id` and a `run` or `prompt`"
-        )));
-    }
-    for step in &plan.steps {
-        if step.run.is_some() == step.prompt.is_some() {
-            return Err(usage(format!(
-                "{source}: step `{}` needs exactly one of `run` (a shell command) or `prompt` (an agent prompt)",
-                step.id
-            )));
-        }
-    }
-    Ok(())
+    plan.check()
+        .map_err(|e| usage(format!("{source} is not a valid plan: {e}")))
 }
 
 /// Reads a plan from `path`, or from stdin when `path` is `None` or `-`.
@@ -98,21 +89,102 @@ pub fn load(path: Option<&Path>) -> Result<PlanSpec> {
         }
     };
     let mut plan = parse(&source, &text, Format::detect(file, &text))?;
-    resolve_workdirs(&mut plan, &base)?;
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    resolve_workdirs(&mut plan, &base, &cwd, home.as_deref())?;
+    for step in &plan.steps {
+        if let Some(dir) = &step.workdir
+            && !Path::new(dir).is_dir()
+        {
+            return Err(usage(format!(
+                "{source} is not a valid plan: step `{}`: workdir {dir} does not exist or is not a directory: create it or fix the path",
+                step.id
+            )));
+        }
+    }
     Ok(plan)
 }
 
-/// Makes every relative step `workdir` absolute against `base`.
-pub fn resolve_workdirs(plan: &mut PlanSpec, base: &Path) -> Result<()> {
+/// Gives every step an absolute `workdir`: `cwd` when it has none, `~`
+/// expanded with `home`, a relative one against `base`.
+pub fn resolve_workdirs(
+    plan: &mut PlanSpec,
+    base: &Path,
+    cwd: &Path,
+    home: Option<&Path>,
+) -> Result<()> {
     for step in &mut plan.steps {
-        if let Some(dir) = &step.workdir {
-            let dir = Path::new(dir);
-            if dir.is_relative() {
-                step.workdir = Some(path_string(&absolute(&base.join(dir))?)?);
+        let dir = match step.workdir.as_deref() {
+            None => cwd.to_path_buf(),
+            Some(dir) => {
+                let dir = expand_home(dir, home)?;
+                if dir.is_relative() {
+                    absolute(&base.join(dir))?
+                } else {
+                    dir
+                }
             }
-        }
+        };
+        step.workdir = Some(path_string(&dir)?);
     }
     Ok(())
+}
+
+/// `~` and `~/rest` as the submitter's home; `~user` is not supported.
+fn expand_home(dir: &str, home: Option<&Path>) -> Result<PathBuf> {
+    let rest = match dir.strip_prefix('~') {
+        Some("") => "",
+        Some(rest) if rest.starts_with('/') => rest.trim_start_matches('/'),
+        Some(_) => {
+            return Err(usage(format!(
+                "workdir `{dir}`: only `~` and `~/…` are expanded; give the path in full"
+            )));
+        }
+        None => return Ok(PathBuf::from(dir)),
+    };
+    let home = home.ok_or_else(|| {
+        usage(format!(
+            "workdir `{dir}` starts with `~` but HOME is not set: give the path in full"
+        ))
+    })?;
+    Ok(if rest.is_empty() {
+        home.to_path_buf()
+    } else {
+        home.join(rest)
+    })
+}
+
+/// Variables of the submitter's environment that a plan takes along, so
+/// that its steps find the same programs wherever flytod runs (under
+/// systemd its PATH is much shorter than a login shell's) and the active
+/// Python environment. Nothing else is taken: the rest of the caller's
+/// environment may hold secrets, and the daemon refuses secret-looking
+/// names in a plan's env anyway.
+pub const CAPTURED_ENV: [&str; 4] = ["PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV"];
+
+/// Adds `--env` pairs (over the file's plan-level `env`) and, under both,
+/// the [`CAPTURED_ENV`] variables from `caller`.
+pub fn add_env(
+    plan: &mut PlanSpec,
+    set: Vec<(String, String)>,
+    caller: impl Fn(&str) -> Option<String>,
+) {
+    for name in CAPTURED_ENV {
+        if !plan.env.contains_key(name)
+            && let Some(value) = caller(name)
+        {
+            plan.env.insert(name.to_string(), value);
+        }
+    }
+    plan.env.extend(set);
+}
+
+/// `--env KEY=VAL`.
+pub fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
 }
 
 /// The options of a one-step plan.
@@ -127,11 +199,11 @@ pub struct OneStep {
     pub max_attempts: Option<u32>,
 }
 
-/// A plan with the single step `main`. A `--run` step runs in the current
-/// directory unless `workdir` says otherwise.
+/// A plan with the single step `main`, run (command or prompt) in the
+/// current directory unless `workdir` says otherwise.
 pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
-    let workdir = match (&opts.workdir, &opts.run) {
-        (Some(dir), _) => {
+    let workdir = match &opts.workdir {
+        Some(dir) => {
             if !dir.is_dir() {
                 return Err(usage(format!(
                     "--workdir {} is not a directory",
@@ -140,11 +212,10 @@ pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
             }
             Some(path_string(&absolute(dir)?)?)
         }
-        (None, Some(_)) => {
+        None => {
             let cwd = std::env::current_dir().context("cannot determine the current directory")?;
             Some(path_string(&cwd)?)
         }
-        (None, None) => None,
     };
     let step = StepSpec {
         id: ONE_STEP_ID.to_string(),
@@ -155,10 +226,12 @@ pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
         timeout_secs: opts.timeout_secs,
         max_attempts: opts.max_attempts,
         workdir,
+        env: Default::default(),
     };
     let plan = PlanSpec {
         name: opts.name,
         steps: vec![step],
+        env: Default::default(),
     };
     check("the command line", &plan)?;
     Ok(plan)
@@ -270,25 +343,81 @@ workdir = "sub"
     }
 
     #[test]
-    fn rejects_plans_without_steps_or_with_ambiguous_steps() {
-        let err = parse("e.toml", "name = \"x\"\n", Format::Toml).unwrap_err();
-        assert!(err.to_string().contains("e.toml has no steps"));
-        let text = "[[steps]]\nid = \"a\"\nrun = \"true\"\nprompt = \"hi\"\n";
-        let err = parse("b.toml", text, Format::Toml).unwrap_err();
-        assert!(err.to_string().contains("step `a` needs exactly one of"));
+    fn every_invalid_plan_is_a_usage_error() {
+        let step = |extra: &str| format!("[[steps]]\nid = \"a\"\nrun = \"true\"\n{extra}");
+        let cases = [
+            ("name = \"x\"\n".to_string(), "has no steps"),
+            (step("prompt = \"hi\"\n"), "has both `run` and `prompt`"),
+            (step("deps = [\"nope\"]\n"), "depends on `nope`"),
+            (
+                format!(
+                    "{}[[steps]]\nid = \"b\"\nrun = \"true\"\ndeps = [\"a\"]\n",
+                    step("deps = [\"b\"]\n")
+                ),
+                "dependency cycle",
+            ),
+            (step("[steps.env]\n\"A-B\" = \"1\"\n"), "env name `A-B`"),
+        ];
+        for (text, want) in cases {
+            let err = parse("x.toml", &text, Format::Toml).unwrap_err();
+            assert!(err.to_string().contains(want), "{err} should say {want}");
+            assert_eq!(crate::exit::code_for(&err), crate::exit::USAGE);
+        }
     }
 
     #[test]
-    fn relative_workdirs_resolve_against_the_base() {
+    fn workdirs_resolve_by_one_rule() {
         let mut plan = parse("plan.toml", TOML_PLAN, Format::Toml).unwrap();
-        plan.steps[0].workdir = Some("/abs".into());
-        resolve_workdirs(&mut plan, Path::new("/srv/plans")).unwrap();
-        assert_eq!(plan.steps[0].workdir.as_deref(), Some("/abs"));
+        let (base, cwd, home) = (
+            Path::new("/srv/plans"),
+            Path::new("/here"),
+            Some(Path::new("/home/me")),
+        );
+        resolve_workdirs(&mut plan, base, cwd, home).unwrap();
+        assert_eq!(plan.steps[0].workdir.as_deref(), Some("/here"));
         assert_eq!(plan.steps[1].workdir.as_deref(), Some("/srv/plans/sub"));
+        for (dir, want) in [
+            ("/abs", "/abs"),
+            ("~", "/home/me"),
+            ("~/src/x", "/home/me/src/x"),
+        ] {
+            plan.steps[0].workdir = Some(dir.into());
+            resolve_workdirs(&mut plan, base, cwd, home).unwrap();
+            assert_eq!(plan.steps[0].workdir.as_deref(), Some(want));
+        }
+        plan.steps[0].workdir = Some("~bob/x".into());
+        assert!(resolve_workdirs(&mut plan, base, cwd, home).is_err());
     }
 
     #[test]
-    fn one_step_run_defaults_to_the_current_directory() {
+    fn env_layers_captured_then_file_then_flags() {
+        let text = "[env]\nPATH = \"/file/bin\"\nA = \"file\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nenv = { A = \"step\" }\n";
+        let mut plan = parse("p.toml", text, Format::Toml).unwrap();
+        let caller =
+            |k: &str| matches!(k, "PATH" | "VIRTUAL_ENV" | "HOME").then(|| format!("caller-{k}"));
+        add_env(&mut plan, vec![("B".into(), "flag".into())], caller);
+        let env: Vec<(&str, &str)> = plan
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("A", "file"),
+                ("B", "flag"),
+                ("PATH", "/file/bin"),
+                ("VIRTUAL_ENV", "caller-VIRTUAL_ENV")
+            ]
+        );
+        assert_eq!(plan.steps[0].env["A"], "step");
+        assert_eq!(parse_env("K=a=b"), Ok(("K".into(), "a=b".into())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("novalue").is_err());
+    }
+
+    #[test]
+    fn one_step_plans_default_to_the_current_directory() {
         let plan = one_step(OneStep {
             run: Some("echo hello".into()),
             timeout_secs: Some(5),
@@ -305,7 +434,7 @@ workdir = "sub"
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(plan.steps[0].workdir, None);
+        assert_eq!(plan.steps[0].workdir.as_deref(), cwd.to_str());
     }
 
     #[test]

@@ -121,6 +121,9 @@ mod tests {
 
     fn plan(states: &[(&str, StepState)]) -> PlanView {
         PlanView {
+            waiting: None,
+            queue_position: None,
+            restarted_from: None,
             chain: "p1".into(),
             depth: 0,
             id: "p1".into(),

@@ -40,7 +40,10 @@ pub fn plan_header(plan: &PlanView, now_ms: u64, style: Style) -> String {
     out.push_str(&style.paint(plan.state.as_str(), plan_tone(plan.state)));
     match (plan.state, plan.started_ms, plan.finished_ms) {
         (PlanState::Pending, _, _) => {
-            out.push_str(&format!(", created {}", age(now_ms, plan.created_ms)))
+            out.push_str(&format!(", created {}", age(now_ms, plan.created_ms)));
+            if let Some(waiting) = &plan.waiting {
+                out.push_str(&format!(" ({waiting})"));
+            }
         }
         (PlanState::Running, Some(start), _) => {
             out.push_str(&format!(" for {}", duration(now_ms.saturating_sub(start))));
@@ -53,6 +56,9 @@ pub fn plan_header(plan: &PlanView, now_ms: u64, style: Style) -> String {
     if let Some(reason) = &plan.reason {
         out.push_str(": ");
         out.push_str(&style.text(reason));
+    }
+    if let Some(old) = &plan.restarted_from {
+        out.push_str(&format!("; restarted from {old}"));
     }
     out
 }
@@ -179,7 +185,13 @@ pub fn plan_list(plans: &[PlanSummary], now_ms: u64, style: Style) -> String {
     for plan in plans {
         table.row(vec![
             Cell::plain(&plan.id),
-            Cell::toned(plan.state.as_str(), plan_tone(plan.state)),
+            Cell::toned(
+                match plan.queue_position {
+                    Some(n) => format!("{} #{n}", plan.state.as_str()),
+                    None => plan.state.as_str().to_string(),
+                },
+                plan_tone(plan.state),
+            ),
             Cell::plain(step_counts(plan)),
             Cell::plain(age(now_ms, plan.created_ms)),
             Cell::plain(plan.name.as_deref().unwrap_or("-")),
@@ -318,6 +330,9 @@ mod tests {
         let mut docs = step("docs", "agent", StepState::Skipped);
         docs.max_attempts = 1;
         PlanView {
+            waiting: None,
+            queue_position: None,
+            restarted_from: None,
             chain: "p1".into(),
             depth: 0,
             id: "p12".into(),
@@ -384,6 +399,7 @@ build stderr:
     #[test]
     fn renders_the_list_and_the_daemon_lines() {
         let plans = vec![PlanSummary {
+            queue_position: None,
             id: "p2".into(),
             chain: "p1".into(),
             name: None,

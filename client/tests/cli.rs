@@ -99,6 +99,9 @@ fn text(bytes: &[u8]) -> String {
 
 fn plan(state: PlanState, step_state: StepState, out: &str, err: &str) -> PlanView {
     PlanView {
+        waiting: None,
+        queue_position: None,
+        restarted_from: None,
         chain: "p1".into(),
         depth: 0,
         id: "p1".into(),
@@ -282,6 +285,7 @@ fn status_list_ping_and_cancel() {
             assert_eq!(*limit, Some(5));
             reply(vec![Response::Plans {
                 plans: vec![PlanSummary {
+                    queue_position: None,
                     id: "p1".into(),
                     chain: "p1".into(),
                     name: Some("nightly".into()),
@@ -300,6 +304,7 @@ fn status_list_ping_and_cancel() {
         Request::PlanCancel { id } => reply(vec![Response::PlanCancelled {
             id: id.clone(),
             state: PlanState::Cancelled,
+            already_finished: false,
         }]),
         Request::Ping {} => reply(vec![Response::Pong {
             daemon_version: "9.9.9".into(),

@@ -177,6 +177,8 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
             path.display()
         );
     }
+    check_log_level(&config.daemon.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
     config
         .models()
         .validate()
@@ -185,6 +187,53 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         .policy()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e:#}", path.display()))?;
     Ok(config)
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// `daemon.log_level` must be a level or EnvFilter directives that each
+/// name a level: a bare word like `loud` parses as a target (and would
+/// silence every log line), so it is refused.
+pub fn check_log_level(value: &str) -> anyhow::Result<()> {
+    let is_level = |l: &str| LEVELS.iter().any(|v| v.eq_ignore_ascii_case(l.trim()));
+    let each_has_level = !value.trim().is_empty()
+        && value.split(',').all(|d| {
+            let d = d.trim();
+            is_level(d)
+                || d.rsplit_once('=')
+                    .is_some_and(|(t, l)| !t.is_empty() && is_level(l))
+        });
+    if each_has_level && tracing_subscriber::EnvFilter::try_new(value).is_ok() {
+        return Ok(());
+    }
+    bail!(
+        "daemon.log_level = {value:?} is not a log level: use one of error, warn, info, debug, trace (or off), or EnvFilter directives that each name a level, like \"flyto_actors=debug,info\""
+    )
+}
+
+/// Problems of the config that depend on this machine, found by
+/// `flytod check-config`: errors, then warnings.
+pub fn check_environment(config: &Config) -> (Vec<String>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    if let Some(dir) = &config.plans.default_workdir
+        && !dir.is_dir()
+    {
+        errors.push(format!(
+            "plans.default_workdir = {:?} is not a directory: create it, or change or remove the setting (steps without a workdir then run in $HOME)",
+            dir.display().to_string()
+        ));
+    }
+    for (name, profile) in &config.models {
+        if let Some(var) = &profile.api_key_env
+            && std::env::var_os(var).is_none_or(|v| v.is_empty())
+        {
+            warnings.push(format!(
+                "models.{name}.api_key_env = {var:?} but {var} is not set in this environment: export it where flytod starts (for the systemd user service: `systemctl --user set-environment {var}=...` or an EnvironmentFile), or calls to {name} fail"
+            ));
+        }
+    }
+    (errors, warnings)
 }
 
 impl Config {
@@ -284,6 +333,24 @@ mod tests {
         }
         let c = parse("[sessions]\nmax_iterations = 1\n", Path::new("c.toml")).unwrap();
         assert_eq!(c.sessions.max_iterations, 1);
+    }
+
+    #[test]
+    fn log_levels_and_directives_are_accepted_and_anything_else_refused() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "flyto_actors=debug,info",
+            "warn,flytod=trace",
+            "off",
+        ] {
+            check_log_level(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["loud", "", "flyto_actors", "info,verbose", "x=loud"] {
+            let err = check_log_level(bad).unwrap_err().to_string();
+            assert!(err.contains("error, warn, info, debug, trace"), "{err}");
+            assert!(err.contains("flyto_actors=debug,info"), "{err}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod listener;
 mod lock;
 mod notify;
 mod paths;
+mod peer;
 mod plan_sockets;
 mod server;
 
@@ -29,14 +30,15 @@ use flyto_actors::supervisor::{ChildSpec, Supervisor, SupervisorArgs};
 use flyto_actors::tools::Registry;
 use flyto_actors::tools::bash::SharedPolicy;
 use flyto_actors::{Clock, SystemClock};
+use futures_util::StreamExt;
 use plan_sockets::DaemonPlanSockets;
 use ractor::{Actor, ActorRef};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser)]
 #[command(
@@ -62,7 +64,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check the config file and print where it is; exit 1 if it is invalid.
+    /// Check the config file and print where it is; exit 1 if it is invalid
+    /// or plans.default_workdir does not exist. Warns about api_key_env
+    /// variables that are not set.
     CheckConfig,
 }
 
@@ -83,6 +87,17 @@ fn main() -> std::process::ExitCode {
 
 fn check_config(cli: &Cli) -> anyhow::Result<()> {
     let loaded = config::load(cli.config.as_deref())?;
+    let (errors, warnings) = config::check_environment(&loaded.config);
+    for w in &warnings {
+        eprintln!("flytod: warning: {w}");
+    }
+    if !errors.is_empty() {
+        anyhow::bail!(
+            "invalid config file {}: {}",
+            loaded.path.display(),
+            errors.join("; ")
+        );
+    }
     if loaded.exists {
         println!("config OK: {}", loaded.path.display());
     } else {
@@ -134,8 +149,21 @@ fn clock_from_env() -> anyhow::Result<Arc<dyn Clock>> {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
+    // First, before any file exists or any thread runs: whatever umask
+    // flytod got, its state is private; its children get that umask back.
+    flyto_actors::tools::process::make_files_private();
     let loaded = config::load(cli.config.as_deref())?;
     init_logging(&loaded.config.daemon.log_level);
+    flyto_actors::llm::set_config_path(&loaded.path);
+    let (errors, warnings) = config::check_environment(&loaded.config);
+    for problem in errors.iter().chain(&warnings) {
+        tracing::warn!("{problem}");
+    }
+    if !peer::become_subreaper() {
+        tracing::warn!(
+            "cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): processes that detach from a step or an agent's tool can reach the control socket"
+        );
+    }
     flyto_actors::tools::process::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -150,6 +178,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let state_dir = paths::state_dir();
     std::fs::create_dir_all(&state_dir)
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+    // It holds transcripts and tool output; earlier versions left it open.
+    paths::make_private(&state_dir)?;
     let _lock = lock::acquire(&state_dir)?;
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
 
@@ -185,6 +215,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         ctx.clone(),
         tokio::runtime::Handle::current(),
     ));
+    plan_sockets.remove_stale();
 
     let scheduler_spec = {
         let reader = reader.clone();
@@ -283,19 +314,24 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         server::DAEMON_VERSION
     );
     // Handlers first: a SIGTERM right after READY must drain, not kill.
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    // SIGCHLD: an orphan flytod adopted (as subreaper) has exited.
+    let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD])
+        .context("cannot install the signal handlers")?;
     notify::ready(&format!("serving {}", bound.path.display()));
     notify::spawn_watchdog(supervisor.clone());
 
     let mut supervisor_done = supervisor_done;
     let mut grace = config.daemon.shutdown_grace;
     let failed = loop {
-        tokio::select! {
-            _ = sigterm.recv() => break false,
-            _ = sigint.recv() => break false,
-            _ = sighup.recv() => {
+        let signal = tokio::select! {
+            signal = signals.next() => signal,
+            _ = &mut supervisor_done => break true,
+        };
+        match signal {
+            Some(SIGCHLD) => {
+                tokio::task::spawn_blocking(flyto_actors::tools::process::reap_orphans);
+            }
+            Some(SIGHUP) => {
                 match config::load(cli.config.as_deref()) {
                     Ok(new) => {
                         let pc = new.config.plan_config(&socket_path);
@@ -320,10 +356,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             *c = new.config.session_config(&socket_path);
                         }
                         if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
-                            let _ = ActorRef::<SchedulerMsg>::from(cell).cast(SchedulerMsg::Reconfigure(pc));
+                            let _ = ActorRef::<SchedulerMsg>::from(cell)
+                                .cast(SchedulerMsg::Reconfigure(pc));
                         }
                         tracing::info!("config reloaded from {}", new.path.display());
-                        notify::status(&format!("serving {} (config reloaded)", bound.path.display()));
+                        notify::status(&format!(
+                            "serving {} (config reloaded)",
+                            bound.path.display()
+                        ));
                     }
                     Err(e) => {
                         tracing::error!("config reload failed, keeping the running config: {e:#}");
@@ -331,7 +371,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     }
                 }
             }
-            _ = &mut supervisor_done => break true,
+            // SIGTERM, SIGINT (or the handlers gone): drain.
+            _ => break false,
         }
     };
 

@@ -1,4 +1,4 @@
-//! Where the state directory and the config file are (DESIGN section 2).
+//! Where the state directory and the config file are (docs/design.md, "Paths").
 //! The control socket's path is resolved in flyto-protocol, shared with
 //! clients.
 
@@ -55,4 +55,51 @@ pub fn config_file(explicit: Option<&Path>) -> (PathBuf, bool) {
         return (p.join("flyto/config.toml"), false);
     }
     (home().join(".config/flyto/config.toml"), false)
+}
+
+/// Makes `dir` 0700 and everything under it private (files lose their
+/// group and other bits, directories become 0700), so state written by an
+/// older flytod or under another umask is not left readable by others.
+pub fn make_private(dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::unix::fs::PermissionsExt;
+    let set = |path: &Path, meta: &std::fs::Metadata| -> anyhow::Result<()> {
+        let mode = meta.permissions().mode() & 0o7777;
+        let private = if meta.is_dir() { 0o700 } else { mode & 0o700 };
+        if mode != private {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)).with_context(
+                || {
+                    format!(
+                        "cannot make {} private ({private:o}): fix its owner or mode",
+                        path.display()
+                    )
+                },
+            )?;
+        }
+        Ok(())
+    };
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("cannot inspect state directory {}", dir.display()))?;
+    set(dir, &meta)?;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let entries =
+            std::fs::read_dir(&d).with_context(|| format!("cannot list {}", d.display()))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // Symlinks are left alone: their mode means nothing, and their
+            // target may be anywhere.
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            set(&path, &meta)?;
+            if meta.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    Ok(())
 }

@@ -87,6 +87,29 @@ impl PlanSockets for DaemonPlanSockets {
 }
 
 impl DaemonPlanSockets {
+    /// Removes the plan sockets a crashed flytod left in the socket
+    /// directory. One that answers belongs to a live daemon (another
+    /// instance sharing the directory) and is kept.
+    pub fn remove_stale(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !(name.starts_with("plan-") && name.ends_with(".sock")) {
+                continue;
+            }
+            let path = entry.path();
+            let is_socket = std::fs::symlink_metadata(&path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
+                tracing::info!("removing stale plan socket {}", path.display());
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
     /// Removes every socket file (shutdown).
     pub fn close_all(&self) {
         let owners: Vec<String> = match self.open.lock() {

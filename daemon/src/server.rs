@@ -45,6 +45,14 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// Where a plan submitted through this socket goes: one level deeper.
+    fn child(&self) -> Origin {
+        Origin {
+            chain: self.chain.clone(),
+            depth: self.depth + 1,
+        }
+    }
+
     /// Refuses what a scoped socket does not serve.
     fn check(&self, req: &Request, ctx: &Ctx) -> Result<(), Reject> {
         let id = match req {
@@ -52,14 +60,16 @@ impl Scope {
             | Request::Ping {}
             | Request::SubmitPlan { .. }
             | Request::PlanList { .. } => return Ok(()),
-            Request::PlanStatus { id } | Request::PlanWatch { id } | Request::PlanCancel { id } => {
-                id
-            }
+            Request::PlanStatus { id }
+            | Request::PlanWatch { id }
+            | Request::PlanCancel { id }
+            | Request::PlanRestart { id }
+            | Request::PlanRemove { id } => id,
             other => {
                 return Err(Reject::new(
                     ErrorCode::PermissionDenied,
                     format!(
-                        "{} is not served here: this socket ({}'s FLYTO_PLAN_SOCK) serves plan requests only (submit_plan, plan_status, plan_watch, plan_cancel, plan_list, ping)",
+                        "{} is not served here: this socket ({}'s FLYTO_PLAN_SOCK) serves plan requests only (submit_plan, plan_status, plan_watch, plan_cancel, plan_list, plan_restart, plan_remove, ping)",
                         other.op(),
                         self.owner
                     ),
@@ -145,7 +155,7 @@ async fn connection(
     if r.read(&mut first).await? == 0 {
         return Ok(());
     }
-    let mode = if first[0] == b'{' {
+    let mode = if framing::starts_json_line(first[0]) {
         Mode::Json
     } else {
         Mode::Binary
@@ -167,6 +177,12 @@ async fn connection(
                 ),
             )
             .await;
+    }
+    // Only the main socket: a scoped one is where confined processes belong.
+    if sink.scope.is_none()
+        && let Some(message) = crate::peer::refusal(peer.and_then(|c| c.pid()))
+    {
+        return sink.error(ErrorCode::PermissionDenied, message).await;
     }
     if !admitted {
         return sink
@@ -607,10 +623,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     "flytod is shutting down: submit the plan again once it has restarted",
                 ))
             } else {
-                let origin = sink.scope.as_ref().map(|s| Origin {
-                    chain: s.chain.clone(),
-                    depth: s.depth + 1,
-                });
+                let origin = sink.scope.as_deref().map(Scope::child);
                 ask(ctx, |reply| SchedulerMsg::Submit {
                     plan,
                     idempotency_key,
@@ -639,12 +652,25 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 }),
             }
         }
-        Request::PlanCancel { id } => {
-            let key = id.clone();
-            ask(ctx, |reply| SchedulerMsg::Cancel { id: key, reply })
+        Request::PlanCancel { id } => ask(ctx, |reply| SchedulerMsg::Cancel { id, reply })
+            .await
+            .map(|c| Response::PlanCancelled {
+                id: c.id,
+                state: c.state,
+                already_finished: c.already_finished,
+            }),
+        Request::PlanRestart { id } => {
+            let origin = sink.scope.as_deref().map(Scope::child);
+            ask(ctx, |reply| SchedulerMsg::Restart { id, origin, reply })
                 .await
-                .map(|state| Response::PlanCancelled { id, state })
+                .map(|id| Response::PlanSubmitted {
+                    id,
+                    duplicate: false,
+                })
         }
+        Request::PlanRemove { id } => ask(ctx, |reply| SchedulerMsg::Remove { id, reply })
+            .await
+            .map(|id| Response::PlanRemoved { id }),
         Request::PlanWatch { id } => return watch(&id, sink, ctx).await,
         Request::SessionNew {
             name,
@@ -761,6 +787,7 @@ async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
                 }
             };
             terminal |= next.state.is_terminal();
+            let next = ctx.reader.place(next);
             if next.revision > last {
                 last = next.revision;
                 sink.send(&Response::Event {

@@ -112,6 +112,14 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, FrameError> {
     Ok(got)
 }
 
+/// Whether a connection whose first byte is `first` speaks JSON lines: an
+/// object's `{`, or the whitespace a script may send before it. No binary
+/// frame starts so: its first byte is the top byte of a length of at most
+/// [`MAX_FRAME`] (0 or 1).
+pub fn starts_json_line(first: u8) -> bool {
+    first == b'{' || first.is_ascii_whitespace()
+}
+
 /// One JSON line (with the trailing newline).
 pub fn json_line<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     let mut out = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
@@ -201,6 +209,7 @@ mod tests {
         let plan = PlanSpec {
             name: Some("p".into()),
             steps: vec![step],
+            env: [("PATH".to_string(), "/bin".to_string())].into(),
         };
         let view = PlanView {
             id: "p1".into(),
@@ -229,6 +238,9 @@ mod tests {
                 stderr_tail: String::new(),
                 log_path: Some("/x".into()),
             }],
+            waiting: Some("queued".into()),
+            queue_position: Some(2),
+            restarted_from: Some("p0".into()),
         };
         let requests = vec![
             Request::Hello {
@@ -278,6 +290,10 @@ mod tests {
                 project: Some("0123456789abcdef".into()),
             },
             Request::BreakerReset { project: None },
+            Request::PlanRestart { id: "p1".into() },
+            Request::PlanRemove {
+                id: "nightly".into(),
+            },
         ];
         let session = SessionView {
             id: "s1".into(),
@@ -408,6 +424,7 @@ mod tests {
                     finished_ms: None,
                     steps_total: 2,
                     steps_done: 1,
+                    queue_position: Some(1),
                     steps_succeeded: 1,
                     steps_failed: 0,
                     steps_skipped: 0,
@@ -417,7 +434,9 @@ mod tests {
             Response::PlanCancelled {
                 id: "p1".into(),
                 state: PlanState::Cancelled,
+                already_finished: true,
             },
+            Response::PlanRemoved { id: "p1".into() },
             Response::Event {
                 seq: 9,
                 event: Event::PlanUpdated { plan: view },

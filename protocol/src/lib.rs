@@ -9,15 +9,18 @@
 //!
 //! A connection speaks one of two encodings, chosen by its first byte:
 //!
-//! * **Binary** (any first byte but `{`): every message is a frame of a
+//! * **Binary** (any first byte but `{` or ASCII whitespace): every message is a frame of a
 //!   4-byte big-endian payload length followed by that many bytes of bincode 2
 //!   (serde, `bincode::config::standard()`). A length above [`MAX_FRAME`]
 //!   (16 MiB) is answered with `Error { code: TooLarge }` and the connection is
 //!   closed. The client's first frame must be [`Request::Hello`]; the daemon
 //!   answers [`Response::Welcome`] or `Error { code: ProtocolMismatch }`.
-//! * **JSON lines** (first byte `{`): every message is one JSON object on one
-//!   line, `{"<op>":{...}}`, with the same types. No handshake is needed, so
-//!   `echo '{"ping":{}}' | socat - UNIX-CONNECT:$FLYTO_SOCK` works.
+//! * **JSON lines** (first byte `{` or whitespace): every message is one JSON
+//!   object on one line, `{"<op>":{...}}`, with the same types. No handshake
+//!   is needed, so `echo '{"ping":{}}' | socat - UNIX-CONNECT:$FLYTO_SOCK`
+//!   works. Blank lines are skipped; a line that is not a request is
+//!   answered `{"error":{"code":"BadRequest","message":...}}` and the next
+//!   line is served.
 //!
 //! One request gets one response, except `plan_watch`, which answers with the
 //! current snapshot ([`Response::Plan`]), then [`Response::Event`] frames with
@@ -39,6 +42,7 @@ pub use framing::{FrameError, MAX_FRAME};
 pub use types::*;
 
 /// Version of the request/response types. Bumped on any incompatible change
-/// (2: `ContextView::head_from_idx`; 3: issue 10's additions, e.g.
-/// `Plans::total` and the per-outcome step counts of `PlanSummary`).
+/// (2: `ContextView::head_from_idx`; 3: plan env, names, restart, remove,
+/// queue positions, `Plans::total` and the per-outcome step counts of
+/// `PlanSummary`).
 pub const PROTOCOL_VERSION: u32 = 3;

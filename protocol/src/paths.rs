@@ -1,5 +1,5 @@
 //! Control-socket resolution, shared by the daemon and every client so both
-//! always agree (DESIGN section 2).
+//! always agree (docs/design.md, "Paths").
 
 use std::path::{Path, PathBuf};
 

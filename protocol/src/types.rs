@@ -3,6 +3,7 @@
 //! travels as a `String`.
 
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A request from a client. Every variant is a struct so that each JSON line
 /// is exactly one object `{"<op>":{...}}`.
@@ -84,6 +85,16 @@ pub enum Request {
     BreakerReset {
         project: Option<String>,
     },
+    /// Submits a new plan from a plan's spec (its `restarted_from` names
+    /// the old one). The old plan must have finished.
+    PlanRestart {
+        id: String,
+    },
+    /// Deletes a finished plan and its logs; `Conflict` while it is pending
+    /// or running.
+    PlanRemove {
+        id: String,
+    },
 }
 
 impl Request {
@@ -109,6 +120,8 @@ impl Request {
             Request::SessionCompact { .. } => "session_compact",
             Request::BreakerStatus {} => "breaker_status",
             Request::BreakerReset { .. } => "breaker_reset",
+            Request::PlanRestart { .. } => "plan_restart",
+            Request::PlanRemove { .. } => "plan_remove",
         }
     }
 }
@@ -144,6 +157,8 @@ pub enum Response {
     PlanCancelled {
         id: String,
         state: PlanState,
+        /// True when the plan had finished before the cancel came.
+        already_finished: bool,
     },
     Event {
         seq: u64,
@@ -173,6 +188,10 @@ pub enum Response {
     Error {
         code: ErrorCode,
         message: String,
+    },
+    /// `plan_remove` deleted the plan and its logs.
+    PlanRemoved {
+        id: String,
     },
 }
 
@@ -405,6 +424,159 @@ pub struct PlanSpec {
     pub name: Option<String>,
     #[serde(default)]
     pub steps: Vec<StepSpec>,
+    /// Environment of every step (a step's own `env` overrides it), on top
+    /// of flytod's filtered environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl PlanSpec {
+    /// The checks that need nothing but the plan itself: steps exist, ids
+    /// are valid and unique, each step has exactly one of `run` or
+    /// `prompt`, deps name steps of the plan and form no cycle, env names
+    /// are usable. flytoctl runs them before it sends a plan file, the
+    /// daemon again on every submit; each error names the step and the fix.
+    pub fn check(&self) -> Result<(), String> {
+        if self.steps.is_empty() {
+            return Err(
+                "the plan has no steps: add at least one step with `id` and `run` (a shell command) or `prompt` (an agent task)".into(),
+            );
+        }
+        check_env_names(&self.env, "the plan")?;
+        let mut seen = HashSet::new();
+        for step in &self.steps {
+            check_step_id(&step.id)?;
+            if !seen.insert(step.id.as_str()) {
+                return Err(format!(
+                    "duplicate step id `{}`: every step needs its own id",
+                    step.id
+                ));
+            }
+        }
+        for step in &self.steps {
+            let id = &step.id;
+            let text = match (&step.run, &step.prompt) {
+                (Some(t), None) | (None, Some(t)) => t,
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "step `{id}` has both `run` and `prompt`: give it exactly one of them"
+                    ));
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "step `{id}` has neither `run` nor `prompt`: give it a shell command or an agent prompt"
+                    ));
+                }
+            };
+            if text.trim().is_empty() {
+                return Err(format!("step `{id}` has an empty command or prompt"));
+            }
+            for dep in &step.deps {
+                if dep == id {
+                    return Err(format!(
+                        "step `{id}` depends on itself: remove it from its `deps`"
+                    ));
+                }
+                if !seen.contains(dep.as_str()) {
+                    return Err(format!(
+                        "step `{id}` depends on `{dep}`, which is not a step of this plan: fix the name or add the step"
+                    ));
+                }
+            }
+            check_env_names(&step.env, &format!("step `{id}`"))?;
+        }
+        if let Some(cycle) = find_cycle(&self.steps) {
+            return Err(format!(
+                "dependency cycle: {}: remove one of these dependencies",
+                cycle.join(" -> ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_step_id(id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !id.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "step id `{id}` is not valid: use 1 to 64 letters, digits, `-`, `_` or `.`"
+        ))
+    }
+}
+
+fn check_env_names(env: &BTreeMap<String, String>, whose: &str) -> Result<(), String> {
+    for (k, v) in env {
+        let ok = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(format!(
+                "{whose}: env name `{k}` is not valid: use letters, digits and `_`, not starting with a digit"
+            ));
+        }
+        if v.contains('\0') {
+            return Err(format!(
+                "{whose}: the value of env `{k}` contains a NUL byte, which no environment can hold"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A cycle as a path of step ids (first id repeated at the end), if any.
+/// Every dep must name a step (checked before).
+fn find_cycle(steps: &[StepSpec]) -> Option<Vec<String>> {
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    // 0 = unvisited, 1 = on the current path, 2 = done.
+    let mut mark = vec![0u8; steps.len()];
+    let mut path: Vec<usize> = Vec::new();
+    fn visit(
+        i: usize,
+        steps: &[StepSpec],
+        index: &HashMap<&str, usize>,
+        mark: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<String>> {
+        mark[i] = 1;
+        path.push(i);
+        for dep in &steps[i].deps {
+            let j = *index.get(dep.as_str())?;
+            if mark[j] == 1 {
+                let start = path.iter().position(|&p| p == j).unwrap_or(0);
+                let mut cycle: Vec<String> =
+                    path[start..].iter().map(|&p| steps[p].id.clone()).collect();
+                cycle.push(steps[j].id.clone());
+                return Some(cycle);
+            }
+            if mark[j] == 0
+                && let Some(c) = visit(j, steps, index, mark, path)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        mark[i] = 2;
+        None
+    }
+    for i in 0..steps.len() {
+        if mark[i] == 0
+            && let Some(c) = visit(i, steps, &index, &mut mark, &mut path)
+        {
+            return Some(c);
+        }
+    }
+    None
 }
 
 /// One step: exactly one of `run` (a shell command) or `prompt` (an agent
@@ -422,6 +594,8 @@ pub struct StepSpec {
     pub timeout_secs: Option<u64>,
     pub max_attempts: Option<u32>,
     pub workdir: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -518,6 +692,12 @@ pub struct PlanView {
     pub chain: String,
     pub depth: u32,
     pub steps: Vec<StepView>,
+    /// For a pending plan: what it waits for, in words.
+    pub waiting: Option<String>,
+    /// For a pending plan: its place in the queue, from 1.
+    pub queue_position: Option<u32>,
+    /// The plan this one was restarted from (`plan_restart`).
+    pub restarted_from: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -555,6 +735,8 @@ pub struct PlanSummary {
     /// Steps in a terminal state; the next three count some of them (the
     /// rest were cancelled).
     pub steps_done: u32,
+    /// For a pending plan: its place in the queue, from 1.
+    pub queue_position: Option<u32>,
     pub steps_succeeded: u32,
     pub steps_failed: u32,
     pub steps_skipped: u32,

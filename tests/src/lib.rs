@@ -290,6 +290,7 @@ impl TestEnv {
     pub fn run_plan(command: &str) -> flyto_protocol::PlanSpec {
         flyto_protocol::PlanSpec {
             name: None,
+            env: Default::default(),
             steps: vec![flyto_protocol::StepSpec {
                 id: "main".into(),
                 run: Some(command.into()),

@@ -249,7 +249,11 @@ fn run_step(id: &str, deps: &[&str]) -> StepSpec {
 }
 
 fn plan(steps: Vec<StepSpec>) -> PlanSpec {
-    PlanSpec { name: None, steps }
+    PlanSpec {
+        name: None,
+        steps,
+        env: Default::default(),
+    }
 }
 
 #[test]
@@ -312,7 +316,7 @@ fn invalid_plans_are_refused_with_the_reason() {
 }
 
 #[test]
-fn flytoctl_reports_refused_plans_with_exit_code_4() {
+fn invalid_plans_in_valid_files_exit_2_naming_the_file() {
     let (env, _daemon, id) = setup(FAST);
     let cases = [
         (
@@ -340,8 +344,9 @@ fn flytoctl_reports_refused_plans_with_exit_code_4() {
         let path = env.work.join(name);
         std::fs::write(&path, text).expect("write plan");
         let out = env.ctl(&["submit_plan", path.to_str().expect("utf8")]);
-        assert_eq!(out.code, 4, "{name}: {} {}", out.stdout, out.stderr);
-        assert!(out.stderr.contains("BadRequest"), "{name}: {}", out.stderr);
+        // An invalid plan file is a usage error, whichever side notices.
+        assert_eq!(out.code, 2, "{name}: {} {}", out.stdout, out.stderr);
+        assert!(out.stderr.contains(name), "{name}: {}", out.stderr);
         assert!(out.stderr.contains(want), "{name}: {}", out.stderr);
         assert!(out.stdout.is_empty(), "{name}: {}", out.stdout);
     }
@@ -598,4 +603,131 @@ fn a_config_with_zero_max_iterations_is_refused() {
 fn assert_serving_fresh(env: &TestEnv) {
     let out = env.ctl(&["ping"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+/// A `log_level` that is neither a level nor directives naming levels
+/// used to pass and silence the daemon; now check-config and start refuse
+/// it, naming the valid forms.
+#[test]
+fn an_invalid_log_level_is_refused_naming_the_valid_forms() {
+    for bad in ["loud", "flyto_actors"] {
+        let env = TestEnv::new(&format!("[daemon]\nlog_level = \"{bad}\"\n"));
+        let wants = [
+            env.config.display().to_string(),
+            format!("daemon.log_level = \"{bad}\""),
+            "error, warn, info, debug, trace".to_string(),
+            "flyto_actors=debug,info".to_string(),
+        ];
+        let (code, _, stderr) = flytod(&env, &["check-config"]);
+        assert_eq!(code, 1, "{stderr}");
+        let log = match env.try_start(&[]) {
+            Ok(_) => panic!("flytod started with log_level = {bad:?}"),
+            Err(log) => log,
+        };
+        for want in &wants {
+            assert!(
+                stderr.contains(want.as_str()),
+                "{want} missing from:\n{stderr}"
+            );
+            assert!(log.contains(want.as_str()), "{want} missing from:\n{log}");
+        }
+    }
+    let env = TestEnv::new("[daemon]\nlog_level = \"flytod=debug,warn\"\n");
+    let (code, stdout, stderr) = flytod(&env, &["check-config"]);
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let daemon = env.start();
+    assert_serving_fresh(&env);
+    assert!(daemon.log().contains("ready"), "{}", daemon.log());
+}
+
+#[test]
+fn check_config_checks_the_default_workdir_and_warns_about_unset_keys() {
+    let env = TestEnv::new("");
+    let missing = env.work.join("no-such-dir");
+    env.write_config(&format!(
+        "[plans]\ndefault_workdir = \"{}\"\n\n[models.m]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\nmodel = \"m\"\napi_key_env = \"FLYTO_TEST_UNSET_KEY\"\n",
+        missing.display()
+    ));
+    let (code, _, stderr) = flytod(&env, &["check-config"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("plans.default_workdir"), "{stderr}");
+    assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+    assert!(stderr.contains("warning: models.m.api_key_env"), "{stderr}");
+    assert!(
+        stderr.contains("FLYTO_TEST_UNSET_KEY is not set"),
+        "{stderr}"
+    );
+
+    std::fs::create_dir_all(&missing).unwrap();
+    let (code, stdout, stderr) = flytod(&env, &["check-config"]);
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    assert!(
+        stderr.contains("FLYTO_TEST_UNSET_KEY is not set"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("config OK"), "{stdout}");
+}
+
+/// The hint says where to add a model: the file this daemon reads.
+#[test]
+fn the_no_model_hint_names_the_config_file_in_use() {
+    let env = TestEnv::new(FAST);
+    let _daemon = env.start();
+    let out = env.ctl(&["submit_plan", "--prompt", "hi", "--wait"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no model configured"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("to {}", env.config.display())),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("~/.config"), "{}", out.stderr);
+}
+
+/// Scripts may send whitespace or blank lines before their JSON; a line
+/// that is not a request gets a JSON error and the next one is served.
+#[test]
+fn json_mode_tolerates_leading_whitespace_and_answers_bad_lines_in_json() {
+    let (env, _daemon, id) = setup(FAST);
+    for opening in [
+        "  {\"ping\":{}}\n",
+        "\n\n {\"ping\":{}}\n",
+        "\t{\"ping\":{}}\n",
+    ] {
+        let s = raw(&env);
+        let mut w = s.try_clone().expect("clone");
+        let mut r = BufReader::new(s);
+        w.write_all(opening.as_bytes()).expect("write");
+        let mut answer = String::new();
+        r.read_line(&mut answer).expect("read");
+        let resp: Response = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("{opening:?}: {e}: {answer:?}"));
+        assert!(matches!(resp, Response::Pong { .. }), "{resp:?}");
+    }
+    let s = raw(&env);
+    let mut w = s.try_clone().expect("clone");
+    let mut r = BufReader::new(s);
+    w.write_all(b" not json at all\n{\"plan_status\":{\"id\":\"")
+        .expect("write");
+    w.write_all(format!("{id}\"}}}}\n").as_bytes())
+        .expect("write");
+    let mut answer = String::new();
+    r.read_line(&mut answer).expect("read");
+    let value: serde_json::Value =
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"));
+    assert_eq!(value["error"]["code"], "BadRequest", "{answer}");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("malformed JSON request"),
+        "{answer}"
+    );
+    answer.clear();
+    r.read_line(&mut answer).expect("read");
+    match serde_json::from_str::<Response>(&answer).expect("a JSON response") {
+        Response::Plan { plan } => assert_eq!(plan.id, id),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_serving(&env, &id);
 }

@@ -70,8 +70,7 @@ fn escape_sequences_reach_pipes_but_never_a_terminal() {
         "printf 'before{}after\\n'; printf 'err{}or\\n' >&2",
         "\\033]0;pwned\\007", "\\033[2J"
     );
-    let name = format!("n{RETITLE}");
-    let out = env.ctl(&["submit_plan", "--run", &cmd, "--name", &name, "--wait"]);
+    let out = env.ctl(&["submit_plan", "--run", &cmd, "--name", "n", "--wait"]);
     assert_eq!(out.code, 0, "{out:?}");
     // A script gets the bytes the step printed.
     assert_eq!(out.stdout, format!("before{RETITLE}after\n"));

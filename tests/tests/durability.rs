@@ -97,6 +97,7 @@ pub(crate) fn cancel(env: &TestEnv, id: &str) -> PlanState {
 fn two_step_plan(i: usize) -> PlanSpec {
     PlanSpec {
         name: Some(format!("plan-{i}")),
+        env: Default::default(),
         steps: vec![
             StepSpec {
                 id: "a".into(),
@@ -283,6 +284,7 @@ fn a_step_out_of_attempts_fails_after_sigkill() {
     let daemon = env.start();
     let id = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![StepSpec {
             id: "once".into(),
             run: Some(format!(

@@ -504,6 +504,7 @@ fn an_agent_step_records_the_whole_text_of_a_continued_reply() {
     std::fs::write(dir.join("in.txt"), "hello\n").expect("in.txt");
     let plan = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![StepSpec {
             id: "summarize".into(),
             prompt: Some("summarize in.txt".into()),

@@ -536,3 +536,129 @@ fn version_and_help() {
     assert!(help.contains("Exit codes"), "{help}");
     assert!(help.contains("SIGHUP"), "{help}");
 }
+
+/// Every file and directory under `dir` (not `dir` itself), with its mode.
+fn tree_modes(dir: &Path) -> Vec<(PathBuf, u32, bool)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            let is_dir = meta.is_dir();
+            out.push((entry.path(), meta.permissions().mode() & 0o777, is_dir));
+            if is_dir {
+                pending.push(entry.path());
+            }
+        }
+    }
+    out
+}
+
+/// Kills the child when the test ends, passed or not.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A foreground flytod keeps its state private (0700 directories, files
+/// without group or other bits, also what an older flytod left open)
+/// whatever umask it was started with, and the steps it runs get that
+/// umask back.
+#[test]
+fn state_is_private_whatever_the_umask_and_steps_keep_the_umask() {
+    for mask in [0o022, 0o000] {
+        let env = TestEnv::new(DRAIN);
+        std::fs::create_dir_all(&env.state).unwrap();
+        std::fs::set_permissions(&env.state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let old = env.state.join("left-by-an-old-version");
+        std::fs::write(&old, "x").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+        let mut cmd = Command::new(bin("flytod"));
+        for var in [
+            "FLYTO_PLAN_SOCK",
+            "NOTIFY_SOCKET",
+            "LISTEN_FDS",
+            "LISTEN_PID",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.envs(env.vars())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: umask is async-signal-safe and touches no shared memory.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask);
+                Ok(())
+            });
+        }
+        let _daemon = KillOnDrop(cmd.spawn().expect("spawn flytod"));
+        wait_until("flytod to serve", DEADLINE, || {
+            Client::connect(&env.sock)
+                .ok()?
+                .call(&Request::Ping {})
+                .ok()
+        });
+
+        let id = env.submit(TestEnv::run_plan(
+            "umask; echo data > made.txt; mkdir made.d",
+        ));
+        let view = env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+        assert_eq!(view.state, PlanState::Succeeded, "{view:?}");
+        assert_eq!(view.steps[0].stdout_tail, format!("{mask:04o}\n"));
+        assert_eq!(mode(&env.work.join("made.txt")), 0o666 & !mask);
+        assert_eq!(mode(&env.work.join("made.d")), 0o777 & !mask);
+
+        assert_eq!(mode(&env.state), 0o700, "umask {mask:o}: the state dir");
+        let tree = tree_modes(&env.state);
+        assert!(
+            tree.iter()
+                .any(|(p, _, _)| p.starts_with(env.state.join("logs"))),
+            "no step log under {}: {tree:?}",
+            env.state.display()
+        );
+        assert!(
+            tree.iter()
+                .any(|(p, _, _)| p.starts_with(env.state.join("db")))
+        );
+        for (path, m, is_dir) in &tree {
+            if *is_dir {
+                assert_eq!(*m, 0o700, "umask {mask:o}: {}", path.display());
+            } else {
+                assert_eq!(m & 0o077, 0, "umask {mask:o}: {} is {m:o}", path.display());
+            }
+        }
+    }
+}
+
+/// Plan sockets a crashed flytod left behind are removed at start; one
+/// that another process still serves is kept.
+#[test]
+fn stale_plan_sockets_are_removed_at_start() {
+    let env = TestEnv::new(DRAIN);
+    let dir = env.sock.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stale = dir.join("plan-p41.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    let live = dir.join("plan-s7.sock");
+    let _listener = UnixListener::bind(&live).unwrap();
+    let other = dir.join("notes.sock");
+    drop(UnixListener::bind(&other).unwrap());
+
+    let daemon = env.start();
+    assert!(!stale.exists(), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("removing stale plan socket"),
+        "{}",
+        daemon.log()
+    );
+    assert!(live.exists(), "a socket that answers is kept");
+    assert!(other.exists(), "only plan sockets are flytod's");
+}

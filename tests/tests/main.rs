@@ -9,5 +9,7 @@ mod guards;
 mod lifecycle;
 mod plans;
 mod providers;
+mod scope;
+mod secret_guard;
 mod sessions;
 mod systemd;

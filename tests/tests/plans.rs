@@ -369,6 +369,7 @@ fn status_watch_follows_a_plan_to_the_end_in_plain_lines() {
     let go = env.work.join("go");
     let id = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![
             run_step("a", &wait_for_file(&go), &[]),
             run_step("b", "echo b done", &["a"]),
@@ -421,6 +422,7 @@ fn plan_watch_sends_a_snapshot_then_ordered_events_then_end() {
     let go = env.work.join("go");
     let id = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![
             run_step("a", &wait_for_file(&go), &[]),
             run_step("b", "echo b", &["a"]),
@@ -709,6 +711,7 @@ fn a_step_timeout_fails_the_step_with_exit_code_124() {
     let started = Instant::now();
     let id = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![StepSpec {
             timeout_secs: Some(1),
             ..run_step("slow", "sleep 30", &[])
@@ -999,6 +1002,7 @@ fn agent_steps_of_a_plan_share_its_session() {
         .unwrap_or_else(|log| panic!("flytod did not start:\n{log}"));
     let plan = flyto_protocol::PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![
             flyto_protocol::StepSpec {
                 id: "one".into(),

@@ -421,6 +421,7 @@ fn the_api_key_stays_out_of_logs_events_history_and_tool_children() {
     // A plan's run step does not get it either.
     let plan = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![StepSpec {
             id: "env".into(),
             run: Some(

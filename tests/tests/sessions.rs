@@ -155,6 +155,7 @@ fn without_a_model_sessions_and_agent_steps_say_what_to_set() {
 
     let plan = env.submit(PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![StepSpec {
             id: "think".into(),
             prompt: Some("summarize the repo".into()),
@@ -706,6 +707,7 @@ fn an_agent_step_writes_a_file_that_the_next_run_step_checks() {
     let wd = Some(dir.display().to_string());
     let plan = env.submit(PlanSpec {
         name: Some("agent then check".into()),
+        env: Default::default(),
         steps: vec![
             StepSpec {
                 id: "agent".into(),

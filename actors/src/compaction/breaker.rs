@@ -356,28 +356,56 @@ impl BreakerState {
         Ok(views.into_iter().map(|(_, v)| v).collect())
     }
 
+    /// The project `p` names: its id, an unambiguous prefix of one, or its
+    /// workdir (a trailing `/` is ignored).
+    fn find(&self, p: &str) -> Result<String, Reject> {
+        let dir = if p.len() > 1 {
+            p.trim_end_matches('/')
+        } else {
+            p
+        };
+        if let Some(r) = self
+            .records
+            .values()
+            .find(|r| r.project == p || r.workdir == p || r.workdir == dir)
+        {
+            return Ok(r.project.clone());
+        }
+        let matches: Vec<&BreakerRecord> = if p.is_empty() {
+            Vec::new()
+        } else {
+            self.records
+                .values()
+                .filter(|r| r.project.starts_with(p))
+                .collect()
+        };
+        match matches.as_slice() {
+            [one] => Ok(one.project.clone()),
+            [] => Err(Reject::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no compaction breaker for project `{p}` (it may have been closed or forgotten after an hour without failures): run `flytoctl breaker_status` to see projects"
+                ),
+            )),
+            many => Err(Reject::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "`{p}` is the start of {} projects' ids: {}; give more of the id, or the workdir",
+                    many.len(),
+                    many.iter()
+                        .map(|r| format!("{} ({})", r.project, r.workdir))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
     fn reset(&mut self, project: Option<String>, now: u64) -> Result<Vec<String>, Reject> {
         self.expire(now).map_err(Reject::internal)?;
         let mut gone: Vec<String> = match project {
             None => self.records.keys().cloned().collect(),
-            Some(p) => {
-                let found = self
-                    .records
-                    .values()
-                    .find(|r| r.project == p || r.workdir == p)
-                    .map(|r| r.project.clone());
-                match found {
-                    Some(id) => vec![id],
-                    None => {
-                        return Err(Reject::new(
-                            ErrorCode::NotFound,
-                            format!(
-                                "no compaction breaker for project `{p}` (it may have been closed or forgotten after an hour without failures): run `flytoctl breaker_status` to see projects"
-                            ),
-                        ));
-                    }
-                }
-            }
+            Some(p) => vec![self.find(&p)?],
         };
         gone.sort();
         self.delete(&gone).map_err(Reject::internal)?;
@@ -986,6 +1014,51 @@ mod tests {
         env.restart().await;
         assert!(env.status().await.is_empty());
         assert_eq!(env.reset(None).await, Ok(vec![]));
+    }
+
+    #[tokio::test]
+    async fn reset_takes_an_unambiguous_id_prefix_or_a_workdir() {
+        let env = Env::new().await;
+        // Two workdirs whose ids start alike, and a third.
+        let dirs: Vec<String> = (0..64).map(|i| format!("/srv/p{i}")).collect();
+        let (x, y) = dirs
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| {
+                dirs[i + 1..]
+                    .iter()
+                    .find(|b| project_id(a)[..1] == project_id(b)[..1])
+                    .map(|b| (a.clone(), b.clone()))
+            })
+            .unwrap();
+        for d in [&x, &y, &WD.to_string()] {
+            env.fail(d, "boom").await;
+        }
+        let (px, py) = (project_id(&x), project_id(&y));
+        let shared = px
+            .chars()
+            .zip(py.chars())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let err = env.reset(Some(&px[..shared])).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::BadRequest);
+        for want in [px.as_str(), py.as_str(), x.as_str(), y.as_str()] {
+            assert!(err.message.contains(want), "{want}: {}", err.message);
+        }
+        assert_eq!(env.status().await.len(), 3, "nothing was reset");
+        assert_eq!(
+            env.reset(Some(&px[..shared + 1])).await,
+            Ok(vec![px.clone()])
+        );
+        assert_eq!(
+            env.reset(Some(&format!("{WD}/"))).await,
+            Ok(vec![project_id(WD)])
+        );
+        assert_eq!(
+            env.reset(Some("")).await.unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        assert_eq!(env.reset(Some(&py)).await, Ok(vec![py.clone()]));
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The context budget of a model: effective window, warning and
-//! compaction thresholds (DESIGN section 6).
+//! compaction thresholds (README.md, "Long sessions").
 
 use crate::llm::ModelProfile;
 use flyto_protocol::ContextView;

@@ -74,7 +74,7 @@ pub fn request_tokens(system: &str, tools: &[ToolSpec], messages: &[Message]) ->
 mod tests {
     use super::*;
 
-    /// Output texts of recorded provider streams (`shared/fixtures/sse`) and
+    /// Output texts of recorded provider streams (`tests/fixtures/sse`) and
     /// the output tokens the provider reported for them.
     const REAL: &[(&str, &str, u64)] = &[
         (

@@ -8,8 +8,24 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Where the user is told to put model settings.
-const CONFIG_HINT: &str = "~/.config/flyto/config.toml";
+/// Where the user is told to put model settings: the file the daemon
+/// reads, once it has said which ([`set_config_path`]).
+static CONFIG_PATH: std::sync::RwLock<Option<String>> = std::sync::RwLock::new(None);
+
+/// Names `path` as the config file in every hint from now on.
+pub fn set_config_path(path: &std::path::Path) {
+    if let Ok(mut p) = CONFIG_PATH.write() {
+        *p = Some(path.display().to_string());
+    }
+}
+
+fn config_hint() -> String {
+    CONFIG_PATH
+        .read()
+        .ok()
+        .and_then(|p| p.clone())
+        .unwrap_or_else(|| "~/.config/flyto/config.toml".to_string())
+}
 
 /// The wire protocol a profile speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -328,7 +344,8 @@ impl Models {
     fn named(&self, field: &str, name: &str) -> Result<&ModelProfile, LlmError> {
         self.profiles.get(name).ok_or_else(|| LlmError::Config {
             detail: format!(
-                "roles.{field} = {name:?} but there is no [models.{name}] in {CONFIG_HINT} ({})",
+                "roles.{field} = {name:?} but there is no [models.{name}] in {} ({})",
+                config_hint(),
                 self.known()
             ),
         })
@@ -354,7 +371,8 @@ impl Models {
                 None if self.profiles.is_empty() => Err(no_model_configured()),
                 None => Err(LlmError::Config {
                     detail: format!(
-                        "no main model chosen: set [roles] main = \"<name>\" in {CONFIG_HINT} ({})",
+                        "no main model chosen: set [roles] main = \"<name>\" in {} ({})",
+                        config_hint(),
                         self.known()
                     ),
                 }),
@@ -413,9 +431,10 @@ fn no_model_configured() -> LlmError {
     LlmError::Config {
         detail: format!(
             "no model configured: add [models.<name>] with api, base_url, model and api_key_env \
-             to {CONFIG_HINT} and set [roles] main = \"<name>\" (for DeepSeek: api = \"openai\", \
+             to {} and set [roles] main = \"<name>\" (for DeepSeek: api = \"openai\", \
              base_url = \"https://api.deepseek.com\", api_key_env = \"DEEPSEEK_API_KEY\", and \
-             export DEEPSEEK_API_KEY in flytod's environment)"
+             export DEEPSEEK_API_KEY in flytod's environment)",
+            config_hint()
         ),
     }
 }

@@ -104,7 +104,7 @@ mod tests;
 pub use client::{KeySource, LlmClient, LlmStream};
 pub use config::{
     Api, MaxTokensParam, ModelProfile, Models, NamedProfile, RetrySettings, Roles, Route,
-    resolve_role,
+    resolve_role, set_config_path,
 };
 pub use conversation::{Block, ChatRequest, Message, Role, ToolSpec};
 pub use error::LlmError;

@@ -97,6 +97,7 @@ mod tests {
             stderr_tail: String::new(),
             pgid: None,
             has_log: false,
+            env: Vec::new(),
         }
     }
 
@@ -114,6 +115,7 @@ mod tests {
             revision: 0,
             idempotency_key: None,
             steps,
+            restarted_from: None,
         }
     }
 

@@ -1,10 +1,10 @@
 //! Plan and step records as stored, and how they look to clients.
 
-use flyto_protocol::{PlanState, PlanSummary, PlanView, StepState, StepView};
+use flyto_protocol::{PlanSpec, PlanState, PlanSummary, PlanView, StepSpec, StepState, StepView};
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-pub const PLAN_FORMAT_VERSION: u32 = 2;
+pub const PLAN_FORMAT_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
@@ -21,6 +21,45 @@ pub struct PlanRecord {
     /// Added in format 2: the chain and depth (0 for plans users submit).
     pub chain: String,
     pub depth: u32,
+    /// Added in format 3: the plan `plan_restart` made this one from.
+    pub restarted_from: Option<u64>,
+}
+
+/// Format 2, before steps had an environment and plans a predecessor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecordV2 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub state: PlanState,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub revision: u64,
+    pub idempotency_key: Option<String>,
+    pub steps: Vec<StepRecordV2>,
+    pub chain: String,
+    pub depth: u32,
+}
+
+impl From<PlanRecordV2> for PlanRecord {
+    fn from(v2: PlanRecordV2) -> PlanRecord {
+        PlanRecord {
+            id: v2.id,
+            name: v2.name,
+            state: v2.state,
+            reason: v2.reason,
+            created_ms: v2.created_ms,
+            started_ms: v2.started_ms,
+            finished_ms: v2.finished_ms,
+            revision: v2.revision,
+            idempotency_key: v2.idempotency_key,
+            steps: v2.steps.into_iter().map(StepRecord::from).collect(),
+            chain: v2.chain,
+            depth: v2.depth,
+            restarted_from: None,
+        }
+    }
 }
 
 /// Format 1, before plans knew their chain.
@@ -35,12 +74,12 @@ pub struct PlanRecordV1 {
     pub finished_ms: Option<u64>,
     pub revision: u64,
     pub idempotency_key: Option<String>,
-    pub steps: Vec<StepRecord>,
+    pub steps: Vec<StepRecordV2>,
 }
 
 impl From<PlanRecordV1> for PlanRecord {
     fn from(v1: PlanRecordV1) -> PlanRecord {
-        PlanRecord {
+        PlanRecord::from(PlanRecordV2 {
             chain: format_id(v1.id),
             depth: 0,
             id: v1.id,
@@ -53,7 +92,7 @@ impl From<PlanRecordV1> for PlanRecord {
             revision: v1.revision,
             idempotency_key: v1.idempotency_key,
             steps: v1.steps,
-        }
+        })
     }
 }
 
@@ -97,6 +136,54 @@ pub struct StepRecord {
     /// Process group of the running attempt, to clean up after a crash.
     pub pgid: Option<i32>,
     pub has_log: bool,
+    /// Added in format 3: set in the step's environment (the plan's `env`
+    /// under the step's own), sorted by name.
+    pub env: Vec<(String, String)>,
+}
+
+/// A step of formats 1 and 2.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecordV2 {
+    pub id: String,
+    pub action: StepAction,
+    pub deps: Vec<String>,
+    pub timeout_secs: u64,
+    pub max_attempts: u32,
+    pub workdir: String,
+    pub state: StepState,
+    pub attempts: u32,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub pgid: Option<i32>,
+    pub has_log: bool,
+}
+
+impl From<StepRecordV2> for StepRecord {
+    fn from(s: StepRecordV2) -> StepRecord {
+        StepRecord {
+            id: s.id,
+            action: s.action,
+            deps: s.deps,
+            timeout_secs: s.timeout_secs,
+            max_attempts: s.max_attempts,
+            workdir: s.workdir,
+            state: s.state,
+            attempts: s.attempts,
+            started_ms: s.started_ms,
+            finished_ms: s.finished_ms,
+            exit_code: s.exit_code,
+            error: s.error,
+            stdout_tail: s.stdout_tail,
+            stderr_tail: s.stderr_tail,
+            pgid: s.pgid,
+            has_log: s.has_log,
+            env: Vec::new(),
+        }
+    }
 }
 
 /// Plan ids are `p<number>`; numbers grow with submission order.
@@ -123,6 +210,9 @@ impl PlanRecord {
             revision: self.revision,
             chain: self.chain.clone(),
             depth: self.depth,
+            waiting: None,
+            queue_position: None,
+            restarted_from: self.restarted_from.map(format_id),
             steps: self
                 .steps
                 .iter()
@@ -163,6 +253,9 @@ impl PlanRecord {
             revision: self.revision,
             chain: self.chain,
             depth: self.depth,
+            waiting: None,
+            queue_position: None,
+            restarted_from: self.restarted_from.map(format_id),
             steps: self
                 .steps
                 .into_iter()
@@ -203,9 +296,43 @@ impl PlanRecord {
             finished_ms: self.finished_ms,
             steps_total: self.steps.len() as u32,
             steps_done: self.count_steps(StepState::is_terminal),
+            queue_position: None,
             steps_succeeded: self.count_steps(|s| s == StepState::Succeeded),
             steps_failed: self.count_steps(|s| s == StepState::Failed),
             steps_skipped: self.count_steps(|s| s == StepState::Skipped),
+        }
+    }
+
+    /// The spec this plan was made from, with defaults filled in and the
+    /// plan's env merged into each step's: what `plan_restart` submits and
+    /// what a reused idempotency key is compared with.
+    pub fn spec(&self) -> PlanSpec {
+        PlanSpec {
+            name: self.name.clone(),
+            env: Default::default(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| {
+                    let (run, prompt, session) = match &s.action {
+                        StepAction::Run { command } => (Some(command.clone()), None, None),
+                        StepAction::Agent { prompt, session } => {
+                            (None, Some(prompt.clone()), session.clone())
+                        }
+                    };
+                    StepSpec {
+                        id: s.id.clone(),
+                        run,
+                        prompt,
+                        session,
+                        deps: s.deps.clone(),
+                        timeout_secs: Some(s.timeout_secs),
+                        max_attempts: Some(s.max_attempts),
+                        workdir: Some(s.workdir.clone()),
+                        env: s.env.iter().cloned().collect(),
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -262,6 +389,7 @@ mod tests {
             stderr_tail: "err".into(),
             pgid: Some(9),
             has_log,
+            env: vec![("A".into(), "1".into())],
         };
         let rec = PlanRecord {
             id: 7,
@@ -275,6 +403,7 @@ mod tests {
             idempotency_key: Some("k".into()),
             chain: "p1".into(),
             depth: 1,
+            restarted_from: Some(3),
             steps: vec![
                 step(
                     "a",

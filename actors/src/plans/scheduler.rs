@@ -3,8 +3,8 @@
 
 use super::agent_step::{self, AgentStep};
 use super::dag;
-use super::model::{PlanRecord, StepAction, format_id, parse_id, plan_log_dir, step_log_path};
-use super::reader::PlanReader;
+use super::model::{PlanRecord, StepAction, format_id, plan_log_dir, step_log_path};
+use super::reader::{PlanReader, Queue, Slot};
 use super::validate::{Limits, validate};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
@@ -28,9 +28,21 @@ pub enum SchedulerMsg {
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<(String, bool), Reject>>,
     },
+    /// By id or name; answers (id, state, already finished).
     Cancel {
         id: String,
-        reply: RpcReplyPort<Result<PlanState, Reject>>,
+        reply: RpcReplyPort<Result<Cancelled, Reject>>,
+    },
+    /// A new plan from a finished plan's spec; answers its id.
+    Restart {
+        id: String,
+        origin: Option<Origin>,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
+    /// Deletes a finished plan and its logs; answers its id.
+    Remove {
+        id: String,
+        reply: RpcReplyPort<Result<String, Reject>>,
     },
     /// Stop starting steps; give running ones `grace`, then cancel them.
     /// Answers once nothing runs and everything is synced.
@@ -54,6 +66,15 @@ pub enum SchedulerMsg {
     Sweep,
 }
 
+/// What a cancel found: the plan's id, its state, and whether it had
+/// finished before the cancel came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancelled {
+    pub id: String,
+    pub state: PlanState,
+    pub already_finished: bool,
+}
+
 pub struct SchedulerArgs {
     pub reader: PlanReader,
     pub config: PlanConfig,
@@ -73,6 +94,9 @@ pub struct SchedulerState {
     /// `Running` is here (`pump` drops the others lazily), so that a long
     /// queue of pending plans costs nothing per message.
     started: BTreeSet<u64>,
+    /// Pending plans of depth 1 and more: the ones that may take a child
+    /// slot. A subset of the queue's pending set, usually tiny.
+    pending_children: BTreeSet<u64>,
     drain: Option<Vec<RpcReplyPort<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
     sockets: Arc<dyn PlanSockets>,
@@ -84,7 +108,9 @@ struct ActivePlan {
     tx: Arc<watch::Sender<PlanView>>,
     running: HashMap<String, oneshot::Sender<CancelReason>>,
     cancelling: bool,
-    cancel_waiters: Vec<RpcReplyPort<Result<PlanState, Reject>>>,
+    cancel_waiters: Vec<RpcReplyPort<Result<Cancelled, Reject>>>,
+    /// Runs in a child slot, beyond `max_parallel_plans` (see `pump`).
+    extra: bool,
 }
 
 impl Actor for SchedulerActor {
@@ -104,6 +130,7 @@ impl Actor for SchedulerActor {
             clock: args.clock,
             active: BTreeMap::new(),
             started: BTreeSet::new(),
+            pending_children: BTreeSet::new(),
             drain: None,
             sweeper: None,
             sockets: args.sockets,
@@ -141,7 +168,7 @@ impl Actor for SchedulerActor {
                 origin,
                 reply,
             } => {
-                let answer = state.submit(plan, idempotency_key, origin);
+                let answer = state.submit(plan, idempotency_key, origin, None);
                 let started = answer.is_ok();
                 state.reply_after_sync(reply, answer);
                 if started {
@@ -149,9 +176,22 @@ impl Actor for SchedulerActor {
                 }
             }
             SchedulerMsg::Cancel { id, reply } => state.cancel(&id, reply, &myself)?,
+            SchedulerMsg::Restart { id, origin, reply } => {
+                let answer = state.restart(&id, origin);
+                let started = answer.is_ok();
+                state.reply_after_sync(reply, answer);
+                if started {
+                    state.pump(&myself)?;
+                }
+            }
+            SchedulerMsg::Remove { id, reply } => {
+                let answer = state.remove(&id);
+                state.reply_after_sync(reply, answer);
+            }
             SchedulerMsg::Drain { grace, reply } => {
                 let waiters = state.drain.get_or_insert_with(Vec::new);
                 waiters.push(reply);
+                state.queue().draining = true;
                 myself.send_after(grace, || SchedulerMsg::DrainDeadline);
                 state.finish_drain_if_idle();
             }
@@ -239,10 +279,39 @@ impl SchedulerState {
         if terminal && let Some(ap) = self.active.remove(&id) {
             let state = ap.rec.state;
             for w in ap.cancel_waiters {
-                self.reply_after_sync(w, Ok(state));
+                let answer = Cancelled {
+                    id: format_id(id),
+                    state,
+                    already_finished: false,
+                };
+                self.reply_after_sync(w, Ok(answer));
             }
         }
         Ok(())
+    }
+
+    fn queue(&self) -> std::sync::RwLockWriteGuard<'_, Queue> {
+        self.reader.queue.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts pending plan `id` in the queue (it keeps its place by id).
+    fn enqueue(&mut self, id: u64, depth: u32) {
+        self.queue().pending.insert(id);
+        if depth > 0 {
+            self.pending_children.insert(id);
+        }
+    }
+
+    /// Takes plan `id` out of the queue and gives it a slot.
+    fn start_plan(&mut self, id: u64, extra: bool, now: u64) {
+        self.queue().pending.remove(&id);
+        self.pending_children.remove(&id);
+        if let Some(ap) = self.active.get_mut(&id) {
+            ap.rec.state = PlanState::Running;
+            ap.rec.started_ms.get_or_insert(now);
+            ap.extra = extra;
+            self.started.insert(id);
+        }
     }
 
     fn make_live(&mut self, rec: PlanRecord, synced: bool) {
@@ -261,8 +330,12 @@ impl SchedulerState {
         } else {
             self.reader.store.after_sync(Box::new(move |_| insert()));
         }
-        if rec.state == PlanState::Running {
-            self.started.insert(id);
+        match rec.state {
+            PlanState::Running => {
+                self.started.insert(id);
+            }
+            PlanState::Pending => self.enqueue(id, rec.depth),
+            _ => {}
         }
         self.active.insert(
             id,
@@ -273,6 +346,7 @@ impl SchedulerState {
                 running: HashMap::new(),
                 cancelling: false,
                 cancel_waiters: Vec::new(),
+                extra: false,
             },
         );
     }
@@ -282,6 +356,7 @@ impl SchedulerState {
         spec: PlanSpec,
         key: Option<String>,
         origin: Option<Origin>,
+        restarted_from: Option<u64>,
     ) -> Result<(String, bool), Reject> {
         if self.drain.is_some() {
             return Err(Reject::new(
@@ -299,22 +374,6 @@ impl SchedulerState {
                     o.depth, self.config.max_depth, o.chain
                 ),
             ));
-        }
-        if let Some(k) = &key {
-            if k.is_empty() || k.len() > 256 {
-                return Err(Reject::new(
-                    ErrorCode::BadRequest,
-                    "the idempotency key must be 1 to 256 bytes",
-                ));
-            }
-            if let Some(id) = self
-                .reader
-                .store
-                .find_idempotent(k)
-                .map_err(Reject::internal)?
-            {
-                return Ok((format_id(id), true));
-            }
         }
         let limits = Limits {
             max_steps: self.config.max_steps,
@@ -340,7 +399,24 @@ impl SchedulerState {
                 .as_ref()
                 .map_or_else(|| format_id(id), |o| o.chain.clone()),
             depth: origin.as_ref().map_or(0, |o| o.depth),
+            restarted_from,
         };
+        if let Some(k) = &rec.idempotency_key {
+            if k.is_empty() || k.len() > 256 {
+                return Err(Reject::new(
+                    ErrorCode::BadRequest,
+                    "the idempotency key must be 1 to 256 bytes",
+                ));
+            }
+            if let Some(first) = self
+                .reader
+                .store
+                .find_idempotent(k)
+                .map_err(Reject::internal)?
+            {
+                return self.same_plan_again(first, k, &rec);
+            }
+        }
         self.reader
             .store
             .put(&rec, None)
@@ -348,6 +424,70 @@ impl SchedulerState {
         self.next_id += 1;
         self.make_live(rec, false);
         Ok((format_id(id), false))
+    }
+
+    /// A submit whose idempotency key an earlier plan has: a retry of the
+    /// same plan gets the first id; another plan under the key is refused,
+    /// since answering with the first plan would silently drop it.
+    fn same_plan_again(
+        &self,
+        first: u64,
+        key: &str,
+        new: &PlanRecord,
+    ) -> Result<(String, bool), Reject> {
+        let old = match self.active.get(&first) {
+            Some(ap) => Some(ap.rec.spec()),
+            None => self
+                .reader
+                .store
+                .get(first)
+                .map_err(Reject::internal)?
+                .map(|r| r.spec()),
+        };
+        match old {
+            Some(old) if old != new.spec() => Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "the idempotency key `{key}` belongs to plan {}, which has a different spec: use a new key for a different plan",
+                    format_id(first)
+                ),
+            )),
+            _ => Ok((format_id(first), true)),
+        }
+    }
+
+    /// The finished plan behind `key` (an id or a name); `Conflict` while
+    /// it is still queued or running.
+    fn finished(&self, key: &str, doing: &str) -> Result<PlanRecord, Reject> {
+        let n = self.reader.resolve(key)?;
+        if let Some(ap) = self.active.get(&n) {
+            let id = format_id(n);
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "{id} is {}: only a finished plan can be {doing}; cancel it first (`flytoctl plan_cancel {id}`) or wait for it",
+                    ap.rec.state.as_str()
+                ),
+            ));
+        }
+        self.reader
+            .store
+            .get(n)
+            .map_err(Reject::internal)?
+            .ok_or_else(|| Reject::not_found(key))
+    }
+
+    fn restart(&mut self, key: &str, origin: Option<Origin>) -> Result<String, Reject> {
+        let old = self.finished(key, "restarted")?;
+        self.submit(old.spec(), None, origin, Some(old.id))
+            .map(|(id, _)| id)
+    }
+
+    fn remove(&mut self, key: &str) -> Result<String, Reject> {
+        let rec = self.finished(key, "removed")?;
+        self.reader.store.delete(&rec).map_err(Reject::internal)?;
+        let _ = std::fs::remove_dir_all(plan_log_dir(&self.reader.log_dir, rec.id));
+        Ok(format_id(rec.id))
     }
 
     /// Crash recovery: running plans and steps go back to pending; a step
@@ -414,6 +554,12 @@ impl SchedulerState {
     /// Starts whatever may start now. Called after every change.
     /// While draining nothing new starts, but plans whose steps have all
     /// ended (or that were cancelled) are still settled.
+    ///
+    /// Slots: `max_parallel_plans` plans run at once, oldest first. On top
+    /// of those, a child plan (depth >= 1) whose parent level of the same
+    /// chain is running gets a slot of its own, one per chain and level:
+    /// a step that submits a plan and waits for it would otherwise hold the
+    /// only slot its child needs. The depth cap bounds these extra slots.
     fn pump(&mut self, myself: &ActorRef<SchedulerMsg>) -> Result<(), ActorProcessingErr> {
         let draining = self.drain.is_some();
         let now = self.now();
@@ -423,84 +569,138 @@ impl SchedulerState {
                 .get(id)
                 .is_some_and(|p| p.rec.state == PlanState::Running)
         });
-        let mut running_plans = self.started.len();
         let max_plans = self.config.max_parallel_plans.max(1);
-        // Running plans first, then pending ones, oldest first, only while
-        // a slot is free: the work per message does not grow with the queue.
-        let mut ids: Vec<u64> = self.started.iter().rev().copied().collect();
-        let mut next_pending = 0;
-        loop {
-            let id = match ids.pop() {
-                Some(id) => id,
-                None if !draining && running_plans < max_plans => match self
-                    .active
-                    .range(next_pending..)
-                    .find(|(_, p)| p.rec.state == PlanState::Pending)
-                {
-                    Some((&id, _)) => {
-                        next_pending = id + 1;
-                        id
-                    }
-                    None => break,
-                },
-                None => break,
-            };
-            let Some(ap) = self.active.get_mut(&id) else {
-                continue;
-            };
-            let mut changed = false;
-            if ap.rec.state == PlanState::Pending {
-                if draining || running_plans >= self.config.max_parallel_plans.max(1) {
-                    continue;
-                }
-                ap.rec.state = PlanState::Running;
-                ap.rec.started_ms.get_or_insert(now);
-                self.started.insert(id);
-                running_plans += 1;
-                changed = true;
-            }
-            if ap.rec.state != PlanState::Running {
-                continue;
-            }
-            let slots = self
-                .config
-                .max_parallel_steps
-                .max(1)
-                .saturating_sub(ap.running.len());
-            let (skipped, ready) = if ap.cancelling || draining {
-                (false, Vec::new())
-            } else {
-                dag::advance(&mut ap.rec, slots, now)
-            };
-            changed |= skipped;
-            let mut launches = Vec::new();
-            for i in ready {
-                changed = true;
-                launches.extend(self.start_step(id, i, myself));
-            }
-            let Some(ap) = self.active.get_mut(&id) else {
-                continue;
-            };
-            if ap.running.is_empty()
-                && let Some((state, reason)) = dag::outcome(&ap.rec, ap.cancelling)
-            {
-                ap.rec.state = state;
-                ap.rec.reason = reason;
-                ap.rec.finished_ms = Some(now);
-                running_plans = running_plans.saturating_sub(1);
-                changed = true;
-            }
-            if changed {
-                self.persist(id)?;
-            }
-            // Runs start once their `running` record is durable.
-            for launch in launches {
-                self.reader.store.after_sync(launch);
+        // Running plans first; the work per message does not grow with
+        // the queue, as pending plans are only looked at while a slot is
+        // free (and child plans only when their parent level runs).
+        let ids: Vec<u64> = self.started.iter().copied().collect();
+        for id in ids {
+            self.advance(id, draining, now, myself)?;
+        }
+        if !draining {
+            loop {
+                let normal = self
+                    .started
+                    .iter()
+                    .filter(|id| self.active.get(id).is_some_and(|p| !p.extra))
+                    .count();
+                let next = if normal < max_plans {
+                    self.queue().pending.first().copied()
+                } else {
+                    None
+                };
+                let (id, extra) = match next {
+                    Some(id) => (id, false),
+                    None => match self.next_child() {
+                        Some(id) => (id, true),
+                        None => break,
+                    },
+                };
+                self.start_plan(id, extra, now);
+                self.advance(id, draining, now, myself)?;
             }
         }
         self.reader
             .steps_running
             .store(self.running_steps() as u64, Ordering::Relaxed);
+        let running = self
+            .started
+            .iter()
+            .filter_map(|id| self.active.get(id))
+            .filter(|p| p.rec.state == PlanState::Running)
+            .map(|p| Slot {
+                id: p.rec.id,
+                chain: p.rec.chain.clone(),
+                depth: p.rec.depth,
+                extra: p.extra,
+            })
+            .collect();
+        let mut q = self.queue();
+        q.running = running;
+        q.max_plans = max_plans;
+        q.draining = draining;
+        Ok(())
+    }
+
+    /// The oldest pending child plan that may take a child slot: its
+    /// parent level of the chain runs and no plan holds its level's slot.
+    fn next_child(&self) -> Option<u64> {
+        let running: Vec<&PlanRecord> = self
+            .started
+            .iter()
+            .filter_map(|id| self.active.get(id))
+            .filter(|p| p.rec.state == PlanState::Running)
+            .map(|p| &p.rec)
+            .collect();
+        let held = |chain: &str, depth: u32| {
+            self.started
+                .iter()
+                .filter_map(|id| self.active.get(id))
+                .any(|p| p.extra && p.rec.chain == chain && p.rec.depth == depth)
+        };
+        self.pending_children.iter().copied().find(|id| {
+            self.active.get(id).is_some_and(|p| {
+                p.rec.state == PlanState::Pending
+                    && running
+                        .iter()
+                        .any(|r| r.chain == p.rec.chain && r.depth + 1 == p.rec.depth)
+                    && !held(&p.rec.chain, p.rec.depth)
+            })
+        })
+    }
+
+    /// Starts the ready steps of running plan `id` and settles it when all
+    /// its steps have ended.
+    fn advance(
+        &mut self,
+        id: u64,
+        draining: bool,
+        now: u64,
+        myself: &ActorRef<SchedulerMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(ap) = self.active.get_mut(&id) else {
+            return Ok(());
+        };
+        if ap.rec.state != PlanState::Running {
+            return Ok(());
+        }
+        // A plan that just got its slot is a change even when no step
+        // starts (every step may already have ended).
+        let mut changed = ap.stored_state != PlanState::Running;
+        let slots = self
+            .config
+            .max_parallel_steps
+            .max(1)
+            .saturating_sub(ap.running.len());
+        let (skipped, ready) = if ap.cancelling || draining {
+            (false, Vec::new())
+        } else {
+            dag::advance(&mut ap.rec, slots, now)
+        };
+        changed |= skipped;
+        let mut launches = Vec::new();
+        for i in ready {
+            changed = true;
+            launches.extend(self.start_step(id, i, myself));
+        }
+        let Some(ap) = self.active.get_mut(&id) else {
+            return Ok(());
+        };
+        if ap.running.is_empty()
+            && let Some((state, reason)) = dag::outcome(&ap.rec, ap.cancelling)
+        {
+            ap.rec.state = state;
+            ap.rec.reason = reason;
+            ap.rec.finished_ms = Some(now);
+            changed = true;
+        }
+        if changed {
+            self.persist(id)?;
+        }
+        // Runs start once their `running` record is durable.
+        for launch in launches {
+            self.reader.store.after_sync(launch);
+        }
         Ok(())
     }
 
@@ -567,12 +767,21 @@ impl SchedulerState {
             .sockets
             .open(&format_id(plan), &ap.rec.chain, ap.rec.depth)
             .unwrap_or_else(|| config.plan_socket.clone());
-        let extra = [
+        let flyto = [
             ("FLYTO_PLAN_SOCK".to_string(), plan_sock),
             ("FLYTO_CHAIN".to_string(), ap.rec.chain.clone()),
             ("FLYTO_PLAN_ID".to_string(), format_id(plan)),
             ("FLYTO_STEP".to_string(), marker),
         ];
+        // The plan's env over flytod's; the FLYTO_ variables over both, as
+        // the chain and crash cleanup rely on them.
+        let mut extra: Vec<(String, String)> = step
+            .env
+            .iter()
+            .filter(|(k, _)| !flyto.iter().any(|(f, _)| f == k))
+            .cloned()
+            .collect();
+        extra.extend(flyto);
         let spec = CommandSpec {
             command,
             workdir: step.workdir.clone().into(),
@@ -582,6 +791,7 @@ impl SchedulerState {
             log_path,
             log_max: config.log_max_bytes,
             tail_max: config.output_tail_bytes,
+            confined: ap.rec.depth >= 1,
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         ap.running.insert(step_id.clone(), cancel_tx);
@@ -666,17 +876,24 @@ impl SchedulerState {
             Exit::Cancelled(CancelReason::User) => {
                 (StepState::Cancelled, None, Some("cancelled by user".into()))
             }
-            Exit::Cancelled(CancelReason::Shutdown) => {
-                step.finished_ms = None;
-                (
-                    StepState::Pending,
-                    None,
-                    Some(format!(
-                        "interrupted: flytod shut down while attempt {} ran (killed after the shutdown grace); it runs again when flytod starts",
-                        step.attempts
-                    )),
-                )
-            }
+            // `finished_ms` stays: the attempt's duration is how long it
+            // ran, until the next attempt starts.
+            Exit::Cancelled(CancelReason::Shutdown) if step.attempts < step.max_attempts => (
+                StepState::Pending,
+                None,
+                Some(format!(
+                    "interrupted: flytod shut down, will run again (attempt {} of {} was stopped after the shutdown grace)",
+                    step.attempts, step.max_attempts
+                )),
+            ),
+            Exit::Cancelled(CancelReason::Shutdown) => (
+                StepState::Failed,
+                None,
+                Some(format!(
+                    "interrupted: flytod shut down during attempt {} of max_attempts = {}, so it will not run again: raise max_attempts to allow more",
+                    step.attempts, step.max_attempts
+                )),
+            ),
             Exit::SpawnFailed(m) => (StepState::Failed, None, Some(m)),
         };
         step.state = state;
@@ -694,22 +911,34 @@ impl SchedulerState {
         }
         if state == StepState::Pending && ap.running.is_empty() {
             ap.rec.state = PlanState::Pending;
+            let depth = ap.rec.depth;
+            self.enqueue(plan, depth);
         }
         self.persist(plan)
     }
 
     fn cancel(
         &mut self,
-        id: &str,
-        reply: RpcReplyPort<Result<PlanState, Reject>>,
+        key: &str,
+        reply: RpcReplyPort<Result<Cancelled, Reject>>,
         myself: &ActorRef<SchedulerMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        let n = parse_id(id);
-        let Some(ap) = n.and_then(|n| self.active.get_mut(&n)) else {
-            let answer = match n.map(|n| self.reader.store.get(n)) {
-                Some(Ok(Some(rec))) => Ok(rec.state),
-                Some(Err(e)) => Err(Reject::internal(e)),
-                _ => Err(Reject::not_found(id)),
+        let n = match self.reader.resolve(key) {
+            Ok(n) => n,
+            Err(r) => {
+                self.reply_after_sync(reply, Err(r));
+                return Ok(());
+            }
+        };
+        let Some(ap) = self.active.get_mut(&n) else {
+            let answer = match self.reader.store.get(n) {
+                Ok(Some(rec)) => Ok(Cancelled {
+                    id: format_id(n),
+                    state: rec.state,
+                    already_finished: true,
+                }),
+                Ok(None) => Err(Reject::not_found(key)),
+                Err(e) => Err(Reject::internal(e)),
             };
             self.reply_after_sync(reply, answer);
             return Ok(());
@@ -731,11 +960,16 @@ impl SchedulerState {
         }
         // The plan is answered when its last step has stopped.
         ap.cancel_waiters.push(reply);
-        let id = ap.rec.id;
-        if ap.running.is_empty() {
+        let (id, idle, pending) = (
+            ap.rec.id,
+            ap.running.is_empty(),
+            ap.rec.state == PlanState::Pending,
+        );
+        if idle {
             // Nothing to wait for: let pump settle it as cancelled at once.
-            ap.rec.state = PlanState::Running;
-            self.started.insert(id);
+            if pending {
+                self.start_plan(id, false, now);
+            }
             self.pump(myself)
         } else {
             self.persist(id)

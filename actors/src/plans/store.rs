@@ -4,8 +4,9 @@
 //! sled layout, all in tree `plans`, each plan change one atomic batch
 //! through the store's WAL:
 //! `r<id>` record · `s<state><id>` state index · `e<finished_ms><id>` expiry
-//! index · `i<key>` idempotency key → id · `n` next id · `c<state>` number
-//! of plans in that state (u64). Ids, times and counts are big-endian so
+//! index · `i<key>` idempotency key → id · `m<name>\0<id>` name index (`M`
+//! once it covers every plan) · `n` next id · `c<state>` number of plans in
+//! that state (u64). Ids, times and counts are big-endian so
 //! keys sort numerically.
 //!
 //! The counts are written in the same batch as the state index entries
@@ -13,7 +14,7 @@
 //! (written before they existed) gets them from a scan of the state index
 //! at open.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1};
+use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2};
 use crate::store::{
     AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
 };
@@ -34,6 +35,8 @@ pub trait PlanStore: Send + Sync + 'static {
     /// Newest first.
     fn list(&self, state: Option<PlanState>, limit: usize) -> Result<Vec<PlanRecord>, StoreError>;
     fn find_idempotent(&self, key: &str) -> Result<Option<u64>, StoreError>;
+    /// Ids of the plans named `name`, newest first.
+    fn find_by_name(&self, name: &str) -> Result<Vec<u64>, StoreError>;
     /// Ids of terminal plans finished before `before_ms`, oldest first.
     fn expired(&self, before_ms: u64, limit: usize) -> Result<Vec<u64>, StoreError>;
     fn count(&self, state: PlanState) -> Result<u64, StoreError>;
@@ -99,7 +102,26 @@ impl SledPlanStore {
             recent: Mutex::default(),
         };
         *this.counts() = this.load_counts()?;
+        this.index_names()?;
         Ok(this)
+    }
+
+    /// Builds the name index on the first open of a database written
+    /// before it existed.
+    fn index_names(&self) -> Result<(), StoreError> {
+        if self.store.get(&self.tree, NAMES_INDEXED)?.is_some() {
+            return Ok(());
+        }
+        let mut batch = Batch::new();
+        for kv in self.store.scan_prefix(&self.tree, b"r", false) {
+            let (k, v) = kv?;
+            let rec = self.decode(tail_id(&k), &v)?;
+            if let Some(name) = &rec.name {
+                batch.insert(name_key(name, rec.id), Vec::new());
+            }
+        }
+        batch.insert(NAMES_INDEXED, Vec::new());
+        self.store.apply(&self.tree, &batch)
     }
 
     /// The stored counts, or (first open of an older database) counted
@@ -156,12 +178,16 @@ impl SledPlanStore {
     }
 
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        decode_record(PlanKey(id), bytes, PLAN_FORMAT_VERSION, |found, body| {
-            if found != 1 {
-                return Err(format!("no migration from plan format {found}"));
-            }
-            decode_body::<PlanRecordV1>(body).map(PlanRecord::from)
-        })
+        decode_record(
+            PlanKey(id),
+            bytes,
+            PLAN_FORMAT_VERSION,
+            |found, body| match found {
+                1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
+                2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
+                _ => Err(format!("no migration from plan format {found}")),
+            },
+        )
     }
 }
 
@@ -214,6 +240,24 @@ fn idem_key(key: &str) -> Vec<u8> {
     k
 }
 
+/// Present once the name index covers every plan.
+const NAMES_INDEXED: &[u8] = b"M";
+
+fn name_prefix(name: &str) -> Vec<u8> {
+    let mut k = vec![b'm'];
+    k.extend_from_slice(name.as_bytes());
+    // Names hold no control characters (validate.rs), so the NUL ends the
+    // name and `a` never matches the entries of `ab`.
+    k.push(0);
+    k
+}
+
+fn name_key(name: &str, id: u64) -> Vec<u8> {
+    let mut k = name_prefix(name);
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
 fn tail_id(key: &[u8]) -> Option<u64> {
     let start = key.len().checked_sub(8)?;
     key[start..].try_into().ok().map(u64::from_be_bytes)
@@ -243,6 +287,9 @@ impl PlanStore for SledPlanStore {
             batch.insert(&b"n"[..], (plan.id + 1).to_be_bytes());
             if let Some(key) = &plan.idempotency_key {
                 batch.insert(idem_key(key), plan.id.to_be_bytes());
+            }
+            if let Some(name) = &plan.name {
+                batch.insert(name_key(name, plan.id), Vec::new());
             }
         }
         let mut counts = self.counts();
@@ -304,6 +351,9 @@ impl PlanStore for SledPlanStore {
         }
         if let Some(key) = &plan.idempotency_key {
             batch.remove(idem_key(key));
+        }
+        if let Some(name) = &plan.name {
+            batch.remove(name_key(name, plan.id));
         }
         let mut counts = self.counts();
         let mut next = *counts;
@@ -369,6 +419,14 @@ impl PlanStore for SledPlanStore {
             .store
             .get(&self.tree, &idem_key(key))?
             .and_then(|v| tail_id(&v)))
+    }
+
+    fn find_by_name(&self, name: &str) -> Result<Vec<u64>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.store.scan_prefix(&self.tree, &name_prefix(name), true) {
+            out.extend(tail_id(&kv?.0));
+        }
+        Ok(out)
     }
 
     fn expired(&self, before_ms: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
@@ -440,7 +498,9 @@ mod tests {
                 stderr_tail: String::new(),
                 pgid: None,
                 has_log: false,
+                env: Vec::new(),
             }],
+            restarted_from: None,
         }
     }
 

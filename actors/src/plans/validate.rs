@@ -2,8 +2,8 @@
 //! the step and says how to fix it.
 
 use super::model::{StepAction, StepRecord};
+use crate::tools::env::is_secret_name;
 use flyto_protocol::{PlanSpec, StepState};
-use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 #[derive(Debug, Clone)]
@@ -16,11 +16,7 @@ pub struct Limits {
 }
 
 pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, String> {
-    if spec.steps.is_empty() {
-        return Err(
-            "the plan has no steps: add at least one step with `id` and `run` (a shell command) or `prompt` (an agent task)".into(),
-        );
-    }
+    spec.check()?;
     if spec.steps.len() > limits.max_steps {
         return Err(format!(
             "the plan has {} steps, more than the limit of {}: split it into several plans or raise `plans.max_steps`",
@@ -28,68 +24,40 @@ pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, Str
             limits.max_steps
         ));
     }
-    if let Some(name) = &spec.name
-        && name.len() > 256
-    {
-        return Err("the plan name is longer than 256 bytes: shorten it".into());
-    }
-    let mut seen = HashSet::new();
-    for step in &spec.steps {
-        check_id(&step.id)?;
-        if !seen.insert(step.id.as_str()) {
-            return Err(format!(
-                "duplicate step id `{}`: every step needs its own id",
-                step.id
-            ));
+    if let Some(name) = &spec.name {
+        if name.len() > 256 {
+            return Err("the plan name is longer than 256 bytes: shorten it".into());
+        }
+        // The name index ends names with a NUL; control characters have no
+        // place in a name a terminal shows anyway.
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return Err(
+                "the plan name is empty or holds control characters: use printable text".into(),
+            );
         }
     }
     let mut out = Vec::with_capacity(spec.steps.len());
     for step in &spec.steps {
         let id = &step.id;
         let action = match (&step.run, &step.prompt) {
-            (Some(command), None) => StepAction::Run {
+            (Some(command), _) => StepAction::Run {
                 command: command.clone(),
             },
-            (None, Some(prompt)) => StepAction::Agent {
-                prompt: prompt.clone(),
+            (None, prompt) => StepAction::Agent {
+                prompt: prompt.clone().unwrap_or_default(),
                 session: step.session.clone(),
             },
-            (Some(_), Some(_)) => {
-                return Err(format!(
-                    "step `{id}` has both `run` and `prompt`: give it exactly one"
-                ));
-            }
-            (None, None) => {
-                return Err(format!(
-                    "step `{id}` has neither `run` nor `prompt`: give it a shell command or an agent prompt"
-                ));
-            }
         };
         let text = match &action {
             StepAction::Run { command } => command,
             StepAction::Agent { prompt, .. } => prompt,
         };
-        if text.trim().is_empty() {
-            return Err(format!("step `{id}` has an empty command or prompt"));
-        }
         if text.len() > limits.max_text_bytes {
             return Err(format!(
                 "step `{id}`: its command or prompt is {} bytes, more than the limit of {}: put long input in a file and refer to it",
                 text.len(),
                 limits.max_text_bytes
             ));
-        }
-        for dep in &step.deps {
-            if dep == id {
-                return Err(format!(
-                    "step `{id}` depends on itself: remove it from its `deps`"
-                ));
-            }
-            if !seen.contains(dep.as_str()) {
-                return Err(format!(
-                    "step `{id}` depends on `{dep}`, which is not a step of this plan: fix the name or add the step"
-                ));
-            }
         }
         if step.timeout_secs == Some(0) {
             return Err(format!("step `{id}`: timeout_secs must be at least 1"));
@@ -112,6 +80,13 @@ pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, Str
                 "step `{id}`: workdir {workdir} does not exist or is not a directory: create it or fix the path"
             ));
         }
+        let mut env = spec.env.clone();
+        env.extend(step.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(name) = env.keys().find(|k| is_secret_name(k)) {
+            return Err(format!(
+                "step `{id}`: env `{name}` looks like a secret (by its name), and plans are stored and shown: let the step read it from a file instead"
+            ));
+        }
         out.push(StepRecord {
             id: id.clone(),
             action,
@@ -129,79 +104,10 @@ pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, Str
             stderr_tail: String::new(),
             pgid: None,
             has_log: false,
+            env: env.into_iter().collect(),
         });
     }
-    if let Some(cycle) = find_cycle(&out) {
-        return Err(format!(
-            "dependency cycle: {}: remove one of these dependencies",
-            cycle.join(" -> ")
-        ));
-    }
     Ok(out)
-}
-
-fn check_id(id: &str) -> Result<(), String> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && !id.starts_with('.');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "step id `{id}` is not valid: use 1 to 64 letters, digits, `-`, `_` or `.`"
-        ))
-    }
-}
-
-/// A cycle as a path of step ids (first id repeated at the end), if any.
-fn find_cycle(steps: &[StepRecord]) -> Option<Vec<String>> {
-    let index: HashMap<&str, usize> = steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.id.as_str(), i))
-        .collect();
-    // 0 = unvisited, 1 = on the current path, 2 = done.
-    let mut mark = vec![0u8; steps.len()];
-    let mut path: Vec<usize> = Vec::new();
-    fn visit(
-        i: usize,
-        steps: &[StepRecord],
-        index: &HashMap<&str, usize>,
-        mark: &mut [u8],
-        path: &mut Vec<usize>,
-    ) -> Option<Vec<String>> {
-        mark[i] = 1;
-        path.push(i);
-        for dep in &steps[i].deps {
-            let j = index[dep.as_str()];
-            if mark[j] == 1 {
-                let start = path.iter().position(|&p| p == j).unwrap_or(0);
-                let mut cycle: Vec<String> =
-                    path[start..].iter().map(|&p| steps[p].id.clone()).collect();
-                cycle.push(steps[j].id.clone());
-                return Some(cycle);
-            }
-            if mark[j] == 0
-                && let Some(c) = visit(j, steps, index, mark, path)
-            {
-                return Some(c);
-            }
-        }
-        path.pop();
-        mark[i] = 2;
-        None
-    }
-    for i in 0..steps.len() {
-        if mark[i] == 0
-            && let Some(c) = visit(i, steps, &index, &mut mark, &mut path)
-        {
-            return Some(c);
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -229,7 +135,10 @@ mod tests {
     }
 
     fn plan(steps: Vec<StepSpec>) -> PlanSpec {
-        PlanSpec { name: None, steps }
+        PlanSpec {
+            steps,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -260,6 +169,30 @@ mod tests {
         missing.workdir = Some("/definitely/not/here".into());
         let err = validate(&plan(vec![missing]), &limits()).unwrap_err();
         assert!(err.contains("does not exist"), "{err}");
+        let mut secret = plan(vec![step("a", &[])]);
+        secret.env.insert("GITHUB_TOKEN".into(), "x".into());
+        let err = validate(&secret, &limits()).unwrap_err();
+        assert!(
+            err.contains("env `GITHUB_TOKEN` looks like a secret"),
+            "{err}"
+        );
+        let mut bad = plan(vec![step("a", &[])]);
+        bad.steps[0].env.insert("1X".into(), "x".into());
+        let err = validate(&bad, &limits()).unwrap_err();
+        assert!(err.contains("env name `1X` is not valid"), "{err}");
+    }
+
+    #[test]
+    fn a_step_env_overrides_the_plan_env() {
+        let mut p = plan(vec![step("a", &[])]);
+        p.env.insert("A".into(), "plan".into());
+        p.env.insert("B".into(), "plan".into());
+        p.steps[0].env.insert("B".into(), "step".into());
+        let steps = validate(&p, &limits()).unwrap();
+        assert_eq!(
+            steps[0].env,
+            vec![("A".into(), "plan".into()), ("B".into(), "step".into())]
+        );
     }
 
     #[test]

@@ -198,6 +198,8 @@ async fn run_command(
         log_path: Some(log_path.clone()),
         log_max: limit as u64,
         tail_max: limit / 2,
+        // The agent's commands reach flytod only through FLYTO_PLAN_SOCK.
+        confined: true,
     };
 
     let pgid = Arc::new(AtomicI32::new(0));

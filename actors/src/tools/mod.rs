@@ -1,8 +1,9 @@
 //! tools: everything that runs on the user's machine on the agent's or a
-//! plan's behalf — process execution with the process rules of DESIGN
-//! section 2, and the agent's builtin tools (`read`, `write`, `edit`,
-//! `glob`, `grep`, `bash`) behind the [`Tool`] trait, with workdir
-//! confinement, secret scanning and the bash permission policy.
+//! plan's behalf — process execution with the process rules of
+//! docs/design.md ("Processes and their environment"), and the agent's
+//! builtin tools (`read`, `write`, `edit`, `glob`, `grep`, `bash`) behind
+//! the [`Tool`] trait, with workdir confinement, secret scanning and the
+//! bash permission policy.
 //!
 //! **Invariant**: tools never touch storage or actors; callers persist.
 //! **Invariant**: a tool's future stops its work (and kills its process

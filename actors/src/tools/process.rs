@@ -1,14 +1,18 @@
 //! Runs one shell command by the process rules: filtered environment, own
-//! process group, stdin from /dev/null, a timeout, output captured with
-//! bounds, and the whole group killed on timeout, cancel or shutdown.
+//! session and process group, stdin from /dev/null, the user's umask, a
+//! timeout, output captured with bounds, and the whole group killed on
+//! timeout, cancel or shutdown. Every spawn is recorded in the spawn table
+//! ([`spawns`]), which the daemon consults to tell who is connecting to it
+//! and which of its children are orphans it must reap.
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// The open-files soft limit flytod started with; children get it back.
 static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
@@ -38,6 +42,152 @@ pub fn raise_open_files_limit() {
     }
 }
 
+/// The umask flytod was started with; children get it back.
+static CHILD_UMASK: std::sync::OnceLock<libc::mode_t> = std::sync::OnceLock::new();
+
+/// Makes every file flytod creates from now on private (umask 077: files
+/// 0600, directories 0700), whatever umask it was started with, while the
+/// processes it starts keep that umask, so a step's own files are not
+/// forced private. Call once at start, before any thread is spawned.
+pub fn make_files_private() {
+    // SAFETY: umask only changes this process's file-creation mask.
+    let old = unsafe { libc::umask(0o077) };
+    let _ = CHILD_UMASK.set(old);
+}
+
+/// One process flytod started: the leader of its own session and process
+/// group (pid = pgid = sid), recorded while its leader has not been reaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spawn {
+    /// The leader's start time (clock ticks after boot), so a reused pid
+    /// never matches.
+    pub start_time: u64,
+    /// Started for an agent's tool or a nested plan's step (depth >= 1):
+    /// it and its descendants may reach flytod only through their scoped
+    /// plan socket.
+    pub confined: bool,
+}
+
+/// Leader pid -> spawn.
+pub type SpawnTable = std::collections::BTreeMap<i32, Spawn>;
+
+static SPAWNS: std::sync::Mutex<SpawnTable> = std::sync::Mutex::new(SpawnTable::new());
+
+/// The spawn table, locked. While it is held nothing is spawned, so a
+/// child of flytod missing from it is not one tokio waits for.
+pub fn spawns() -> std::sync::MutexGuard<'static, SpawnTable> {
+    // The table stays consistent at every step: a panic cannot leave it
+    // half-written, so a poisoned lock is still usable.
+    SPAWNS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `spawns[pid]`, if that pid is still the process recorded (alive or a
+/// zombie not yet reaped).
+pub fn live_spawn(spawns: &SpawnTable, pid: i32) -> Option<Spawn> {
+    let spawn = *spawns.get(&pid)?;
+    (proc_stat(pid)?.start_time == spawn.start_time).then_some(spawn)
+}
+
+/// Drops a spawn's entry once its leader is reaped (or its run dropped).
+struct SpawnEntry {
+    pid: i32,
+    start_time: u64,
+}
+
+impl Drop for SpawnEntry {
+    fn drop(&mut self) {
+        let mut spawns = spawns();
+        if spawns
+            .get(&self.pid)
+            .is_some_and(|s| s.start_time == self.start_time)
+        {
+            spawns.remove(&self.pid);
+        }
+    }
+}
+
+/// What /proc/<pid>/stat says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+    pub start_time: u64,
+}
+
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is parenthesised and may hold anything, ')' too.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Every pid in /proc.
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+}
+
+/// This process's children: from each thread's `children` list (an
+/// adopted orphan may be any thread's child), else from all of /proc.
+fn own_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let mut listed = false;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            listed = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    if !listed {
+        out = all_pids()
+            .filter(|p| proc_stat(*p).is_some_and(|st| st.ppid == me))
+            .collect();
+    }
+    out
+}
+
+/// Reaps flytod's children that it did not spawn: as a child subreaper it
+/// adopts what its steps and tools left behind (double forks, `setsid`)
+/// when their parents exit. Only exited children missing from the spawn
+/// table are waited for, by pid and with the table locked, so no exit
+/// status tokio waits for is taken (an entry leaves the table only once
+/// tokio has reaped its leader). Answers how many were reaped.
+pub fn reap_orphans() -> usize {
+    let spawns = spawns();
+    let mut reaped = 0;
+    for pid in own_children() {
+        if spawns.contains_key(&pid) || proc_stat(pid).is_none_or(|st| st.state != 'Z') {
+            continue;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid on one specific child with a pointer to a local.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
 /// Exit code reported for a command killed by its timeout (as `timeout(1)`).
 pub const TIMEOUT_EXIT: i32 = 124;
 
@@ -54,6 +204,8 @@ pub struct CommandSpec {
     pub log_max: u64,
     /// Bytes of each stream kept for the step record.
     pub tail_max: usize,
+    /// An agent's tool or a nested plan's step (see [`Spawn::confined`]).
+    pub confined: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,13 +252,20 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; the closure only calls it.
+    // SAFETY: setsid, prctl, getppid, setrlimit and umask are
+    // async-signal-safe; the closure only calls them.
     unsafe {
         let nofile = CHILD_NOFILE.get().copied();
+        let umask = CHILD_UMASK.get().copied();
         let parent = std::process::id() as libc::pid_t;
         cmd.pre_exec(move || {
+            // Its own session (and so process group): the group is what
+            // gets killed, and the session id stays with descendants that
+            // leave the group, so flytod can still tell whose they are.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // If flytod dies without cleaning up, its children die too.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -121,10 +280,36 @@ pub async fn run(
             if let Some(lim) = nofile {
                 libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
+            if let Some(mask) = umask {
+                libc::umask(mask);
+            }
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
+    // Spawned and recorded under the table's lock, so neither the peer
+    // check nor the orphan reaper sees the child before its entry.
+    let (spawned_child, entry) = {
+        let mut table = spawns();
+        let spawned_child = cmd.spawn();
+        let entry = spawned_child
+            .as_ref()
+            .ok()
+            .and_then(|c| c.id())
+            .and_then(|pid| {
+                let pid = pid as i32;
+                let start_time = proc_stat(pid)?.start_time;
+                table.insert(
+                    pid,
+                    Spawn {
+                        start_time,
+                        confined: spec.confined,
+                    },
+                );
+                Some(SpawnEntry { pid, start_time })
+            });
+        (spawned_child, entry)
+    };
+    let mut child = match spawned_child {
         Ok(c) => c,
         Err(e) => {
             return Outcome {
@@ -142,18 +327,25 @@ pub async fn run(
     spawned(pgid);
 
     let (chunks_tx, chunks_rx) = mpsc::channel::<(Stream, Vec<u8>)>(16);
+    let (ended_tx, ended_rx) = watch::channel(false);
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(pump(out, Stream::Out, chunks_tx.clone()));
+        tokio::spawn(pump(out, Stream::Out, chunks_tx.clone(), ended_rx.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(pump(err, Stream::Err, chunks_tx.clone()));
+        tokio::spawn(pump(err, Stream::Err, chunks_tx.clone(), ended_rx));
     }
     drop(chunks_tx);
     let collector = tokio::spawn(collect(chunks_rx, spec.clone()));
 
     let exit = wait(&mut child, pgid, &spec, cancel).await;
+    // The leader is reaped: its pid may be reused from now on.
+    drop(entry);
     // Whatever the leader did, nothing of its group outlives the step.
     kill_group(pgid, libc::SIGKILL);
+    // A process that left the group (`setsid cmd &`) may hold the pipes
+    // open for as long as it lives: the step ends with the shell, so the
+    // pumps take what is in the pipes now and stop.
+    let _ = ended_tx.send(true);
     let captured = match tokio::time::timeout(Duration::from_secs(5), collector).await {
         Ok(Ok(c)) => c,
         _ => Captured::default(),
@@ -231,26 +423,8 @@ fn kill_leftovers(pgid: Option<i32>, want: &str, socket_dir: &str) {
     let sock = format!("FLYTO_PLAN_SOCK={}/", socket_dir.trim_end_matches('/'));
     // SAFETY: getpgrp has no preconditions.
     let own_group = unsafe { libc::getpgrp() };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the parenthesised command name: state ppid pgrp ...
-        let Some(pgrp) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-            .and_then(|f| f.parse::<i32>().ok())
-        else {
+    for pid in all_pids() {
+        let Some(pgrp) = proc_stat(pid).map(|st| st.pgrp) else {
             continue;
         };
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
@@ -279,16 +453,46 @@ enum Stream {
     Err,
 }
 
-async fn pump<R: AsyncRead + Unpin>(mut r: R, which: Stream, tx: mpsc::Sender<(Stream, Vec<u8>)>) {
+/// Forwards what `r` yields until its end of file, or until `ended` says
+/// the step is over: then it drains what is already in the pipe (all the
+/// step's processes wrote before they died) and stops, without waiting for
+/// a writer that outlives the step.
+async fn pump<R: AsyncRead + AsRawFd + Unpin>(
+    mut r: R,
+    which: Stream,
+    tx: mpsc::Sender<(Stream, Vec<u8>)>,
+    mut ended: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if tx.send((which, buf[..n].to_vec())).await.is_err() {
-                    return;
+        tokio::select! {
+            biased;
+            read = r.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.send((which, buf[..n].to_vec())).await.is_err() {
+                        return;
+                    }
                 }
-            }
+            },
+            _ = ended.changed() => break,
+        }
+    }
+    // tokio keeps child pipes non-blocking, so this read never waits; it
+    // does not depend on the reactor having seen the data yet.
+    let fd = r.as_raw_fd();
+    loop {
+        // SAFETY: `fd` is the open pipe `r` owns for this whole loop, and
+        // `buf` is a valid writable buffer of `buf.len()` bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        if tx.send((which, buf[..n as usize].to_vec())).await.is_err() {
+            return;
         }
     }
 }
@@ -368,6 +572,7 @@ mod tests {
             log_path: None,
             log_max: 1024,
             tail_max: 8,
+            confined: false,
         }
     }
 
@@ -387,6 +592,18 @@ mod tests {
         s.timeout = Duration::from_millis(100);
         let out = run(s, rx, |_| {}).await;
         assert_eq!(out.exit, Exit::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn a_detached_child_holding_stdout_does_not_hold_the_step() {
+        let (_tx, rx) = oneshot::channel();
+        // Longer than the collector's 5 s bound, which would leave the tail
+        // empty if the pumps waited for the end of file.
+        let mut s = spec("setsid sleep 8 & echo started");
+        s.tail_max = 64;
+        let out = run(s, rx, |_| {}).await;
+        assert_eq!(out.exit, Exit::Code(0));
+        assert_eq!(out.stdout_tail, "started\n");
     }
 
     #[test]

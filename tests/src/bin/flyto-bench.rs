@@ -299,6 +299,7 @@ fn verdict(ok: bool) -> &'static str {
 fn one_step(step: StepSpec) -> PlanSpec {
     PlanSpec {
         name: None,
+        env: Default::default(),
         steps: vec![step],
     }
 }

@@ -1,4 +1,4 @@
-//! Replays every recorded stream of `shared/fixtures/sse` and compares the
+//! Replays every recorded stream of `tests/fixtures/sse` and compares the
 //! result with the fixture's `expect`: through the decoder directly, whole,
 //! in 1-byte and 1..7-byte pieces, split in two at every offset (a sample
 //! of mid-UTF-8, mid-JSON and even offsets for the big ones) and in three
@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::path::PathBuf;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/sse");
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/sse");
 
 struct Fixture {
     name: String,
@@ -25,14 +25,15 @@ struct Fixture {
     expect: Value,
 }
 
-/// The fixtures, or `None` (after saying so) when the folder is not beside
-/// the checkout.
-fn fixtures() -> Option<Vec<Fixture>> {
+/// The fixtures. They are part of the repository, so a missing folder is a
+/// broken checkout and fails the test rather than skipping it.
+fn fixtures() -> Vec<Fixture> {
     let dir = PathBuf::from(DIR);
-    if !dir.is_dir() {
-        eprintln!("skipping: no fixture folder at {}", dir.display());
-        return None;
-    }
+    assert!(
+        dir.is_dir(),
+        "no fixture folder at {}: restore tests/fixtures/sse from the repository",
+        dir.display()
+    );
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -57,7 +58,7 @@ fn fixtures() -> Option<Vec<Fixture>> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     assert!(!out.is_empty(), "the fixture folder has no fixture");
-    Some(out)
+    out
 }
 
 fn stop_reason(name: &str) -> StopReason {
@@ -265,7 +266,7 @@ fn split_points(body: &[u8]) -> Vec<usize> {
 
 #[tokio::test]
 async fn fixtures_decode_whole_and_in_small_pieces() {
-    let Some(fixtures) = fixtures() else { return };
+    let fixtures = fixtures();
     let mut rng = StdRng::seed_from_u64(7);
     for f in &fixtures {
         let (ev, res) = decode_pieces(f.api, vec![f.body.clone()]).await;
@@ -303,7 +304,7 @@ async fn fixtures_decode_whole_and_in_small_pieces() {
 
 #[tokio::test]
 async fn fixtures_decode_split_in_two_everywhere() {
-    let Some(fixtures) = fixtures() else { return };
+    let fixtures = fixtures();
     for f in &fixtures {
         let points = split_points(&f.body);
         let mid = mid_utf8(&f.body);
@@ -321,7 +322,7 @@ async fn fixtures_decode_split_in_two_everywhere() {
 
 #[tokio::test]
 async fn fixtures_replay_over_http() {
-    let Some(fixtures) = fixtures() else { return };
+    let fixtures = fixtures();
     let client = client();
     for f in &fixtures {
         let mut awkward = mid_utf8(&f.body);
