@@ -25,7 +25,7 @@ pub trait WatchSink {
 }
 
 enum Outcome {
-    Done(PlanView),
+    Done(Box<PlanView>),
     Dropped(String),
 }
 
@@ -42,7 +42,7 @@ pub fn follow(
     loop {
         let before = last.clone();
         let reason = match watch_once(&mut client, id, &mut last, sink)? {
-            Outcome::Done(plan) => return Ok(plan),
+            Outcome::Done(plan) => return Ok(*plan),
             Outcome::Dropped(reason) => reason,
         };
         if last != before {
@@ -93,7 +93,7 @@ fn watch_once(
             sink.update(&plan)?;
         }
         if plan.state.is_terminal() {
-            return Ok(Outcome::Done(plan));
+            return Ok(Outcome::Done(Box::new(plan)));
         }
         *last = Some(plan);
     }
