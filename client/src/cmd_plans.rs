@@ -58,14 +58,19 @@ pub struct ListArgs {
     #[arg(long, value_name = "STATE", value_parser = parse_state)]
     pub state: Option<PlanState>,
 
-    /// At most N plans (newest first)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub limit: Option<u32>,
+    /// At most N plans (newest first); a note on stderr says how many more
+    /// there are
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
 
     /// Print the list as pretty JSON
     #[arg(long)]
     pub json: bool,
 }
+
+/// The daemon's default too.
+const DEFAULT_LIMIT: u32 = 50;
 
 fn parse_state(s: &str) -> Result<PlanState, String> {
     s.parse()
@@ -74,10 +79,10 @@ fn parse_state(s: &str) -> Result<PlanState, String> {
 pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     let req = Request::PlanList {
         state: args.state,
-        limit: args.limit,
+        limit: Some(args.limit),
     };
-    let plans = match ctx.request(&req)? {
-        Response::Plans { plans } => plans,
+    let (plans, total) = match ctx.request(&req)? {
+        Response::Plans { plans, total } => (plans, total),
         other => return Err(crate::conn::unexpected("plan_list", &other)),
     };
     if args.json {
@@ -88,6 +93,9 @@ pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
         output::note("no plans");
     } else {
         output::stdout(&render::plan_list(&plans, now_ms(), ctx.style))?;
+    }
+    if let Some(more) = render::more_plans(plans.len(), total, args.state) {
+        output::note(&more);
     }
     Ok(exit::SUCCESS)
 }

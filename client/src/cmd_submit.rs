@@ -3,13 +3,17 @@
 
 use crate::conn::{self, Ctx};
 use crate::exit;
+use crate::format;
+use crate::interrupt;
+use crate::logfile;
 use crate::output;
 use crate::plan_file::{self, OneStep};
 use crate::progress::QuietSink;
+use crate::sanitize::for_tty;
 use crate::watch;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
-use flyto_protocol::{ClientError, ErrorCode, PlanState, PlanView, Request, Response};
+use flyto_protocol::{ClientError, ErrorCode, PlanState, PlanView, Request, Response, StepView};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -33,7 +37,8 @@ pub struct SubmitArgs {
     #[arg(long, requires = "one_step")]
     pub name: Option<String>,
 
-    /// Step timeout: seconds, or a duration like 90s, 5m, 1h30m
+    /// Step timeout: seconds, or a duration like 90s, 5m, 1h30m [default:
+    /// flytod's plans.step_timeout]
     #[arg(long, value_name = "SECS", value_parser = plan_file::parse_timeout, requires = "one_step")]
     pub timeout: Option<u64>,
 
@@ -41,7 +46,9 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "DIR", requires = "one_step")]
     pub workdir: Option<PathBuf>,
 
-    /// How many times the step may be started
+    /// How many times the step may be started: it starts again only after
+    /// flytod was interrupted (a non-zero exit is final) [default: flytod's
+    /// plans.max_attempts]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), requires = "one_step")]
     pub max_attempts: Option<u32>,
 
@@ -54,7 +61,9 @@ pub struct SubmitArgs {
     pub idempotency_key: Option<String>,
 
     /// Wait for the plan to finish, print the steps' output (stdout and
-    /// stderr) and exit with its outcome instead of printing the id
+    /// stderr; all of it for short steps, else its end and the command that
+    /// prints the rest) and exit with its outcome instead of printing the
+    /// id. Ctrl-C stops waiting; the plan keeps running
     #[arg(long)]
     pub wait: bool,
 
@@ -100,17 +109,87 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
         return Ok(exit::SUCCESS);
     }
     if std::io::stderr().is_terminal() {
-        output::note(&format!("submitted {id}; waiting for it to finish"));
+        output::note(&format!(
+            "submitted {id}; waiting for it to finish (Ctrl-C stops waiting, not the plan)"
+        ));
     }
+    interrupt::install(ctx.socket.clone(), interrupt::Mode::Plan { id: id.clone() })?;
     let plan = watch::follow(&ctx.socket, client, &id, &mut QuietSink)?;
-    output::stdout(&join_tails(
-        plan.steps.iter().map(|s| s.stdout_tail.as_str()),
-    ))?;
-    output::stderr(&join_tails(
-        plan.steps.iter().map(|s| s.stderr_tail.as_str()),
-    ))?;
+    let outputs: Vec<StepOutput> = plan
+        .steps
+        .iter()
+        .map(|s| step_output(s, s.log_path.as_deref().and_then(logfile::len)))
+        .collect();
+    let out = join_tails(outputs.iter().map(|o| o.stdout.as_str()));
+    output::stdout(&for_tty(&out, std::io::stdout().is_terminal()))?;
+    let err = join_tails(outputs.iter().map(|o| o.stderr.as_str()));
+    output::stderr(&for_tty(&err, std::io::stderr().is_terminal()))?;
+    for (step, o) in plan.steps.iter().zip(&outputs) {
+        if let Some(bytes) = o.cut_from {
+            output::note(&format!(
+                "step `{}` printed {}; above is only its end: `flytoctl plan_status {} --log {}` prints all of it",
+                step.id,
+                format::bytes(bytes),
+                plan.id,
+                step.id
+            ));
+        }
+    }
     report_outcome(&plan);
     Ok(exit::plan_outcome(plan.state))
+}
+
+/// Whole output up to this size is printed from the log when the tails
+/// were cut.
+const WHOLE_OUTPUT_MAX: u64 = 1024 * 1024;
+
+/// What `--wait` prints of one step.
+#[derive(Debug, Default, PartialEq)]
+struct StepOutput {
+    stdout: String,
+    stderr: String,
+    /// Only the tails: the whole output, this many bytes, is in the log.
+    cut_from: Option<u64>,
+}
+
+/// The step's whole output when the daemon's tails hold all of it (the log
+/// is no longer than they are), or when it went to one stream only and its
+/// log is short; otherwise the tails, marked as cut. `log_len` is the size
+/// of the step's log file, when it can be read.
+fn step_output(step: &StepView, log_len: Option<u64>) -> StepOutput {
+    let tails = StepOutput {
+        stdout: step.stdout_tail.clone(),
+        stderr: step.stderr_tail.clone(),
+        cut_from: None,
+    };
+    let Some((path, len)) = step.log_path.as_deref().zip(log_len) else {
+        return tails;
+    };
+    if len <= (step.stdout_tail.len() + step.stderr_tail.len()) as u64 {
+        return tails;
+    }
+    // The log interleaves both streams, so it can stand in for one only.
+    let one_stream = step.stdout_tail.is_empty() || step.stderr_tail.is_empty();
+    if one_stream
+        && len <= WHOLE_OUTPUT_MAX
+        && let Some(whole) = logfile::read(path, WHOLE_OUTPUT_MAX)
+    {
+        return if step.stdout_tail.is_empty() {
+            StepOutput {
+                stderr: whole,
+                ..StepOutput::default()
+            }
+        } else {
+            StepOutput {
+                stdout: whole,
+                ..StepOutput::default()
+            }
+        };
+    }
+    StepOutput {
+        cut_from: Some(len),
+        ..tails
+    }
 }
 
 /// A plan the daemon finds invalid (a `BadRequest`) is a usage error like
@@ -160,5 +239,56 @@ mod tests {
         assert_eq!(join_tails(["a", "", "b\n"].into_iter()), "a\nb\n");
         assert_eq!(join_tails(["no newline"].into_iter()), "no newline");
         assert_eq!(join_tails(std::iter::empty()), "");
+    }
+
+    fn step(out: &str, err: &str, log: Option<&str>) -> StepView {
+        StepView {
+            id: "main".into(),
+            kind: "run".into(),
+            text: String::new(),
+            deps: vec![],
+            state: flyto_protocol::StepState::Succeeded,
+            attempts: 1,
+            max_attempts: 1,
+            started_ms: None,
+            finished_ms: None,
+            exit_code: Some(0),
+            error: None,
+            stdout_tail: out.into(),
+            stderr_tail: err.into(),
+            log_path: log.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn short_steps_print_their_whole_output() {
+        // The tails are all of it.
+        let s = step("hi\n", "oops\n", Some("/nonexistent"));
+        let o = step_output(&s, Some(8));
+        assert_eq!(
+            (o.stdout.as_str(), o.stderr.as_str(), o.cut_from),
+            ("hi\n", "oops\n", None)
+        );
+        // No readable log: the tails, unmarked (nothing says they were cut).
+        assert_eq!(step_output(&s, None).cut_from, None);
+
+        // Cut tails of one stream come whole from the log.
+        let dir = std::env::temp_dir().join(format!("flytoctl-submit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("main.log");
+        let whole: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &whole).unwrap();
+        let path = path.to_str().unwrap();
+        let s = step(&whole[whole.len() - 100..], "", Some(path));
+        let o = step_output(&s, Some(whole.len() as u64));
+        assert_eq!(o.stdout, whole);
+        assert_eq!(o.cut_from, None);
+
+        // Both streams cut: the tails, and a note with the size.
+        let s = step(&whole[whole.len() - 100..], "e\n", Some(path));
+        let o = step_output(&s, Some(whole.len() as u64));
+        assert_eq!(o.stdout, &whole[whole.len() - 100..]);
+        assert_eq!(o.cut_from, Some(whole.len() as u64));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

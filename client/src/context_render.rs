@@ -289,7 +289,7 @@ mod tests {
         );
         assert_eq!(
             summary_block("Goal: x\n\x1b[2J", 0, 3, Style::plain(), true),
-            "── summary of messages [0]..[2] (what the model sees instead of them) ──\nGoal: x\n[2J\n"
+            "── summary of messages [0]..[2] (what the model sees instead of them) ──\nGoal: x\n"
         );
     }
 

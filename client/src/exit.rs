@@ -42,7 +42,15 @@ Exit codes:
        was cancelled
   6    flytod is unavailable (shutting down), or a session run was
        interrupted because flytod shut down
-  130  a second Ctrl-C quit while a run was being cancelled";
+  130  a second Ctrl-C quit while a run was being cancelled; Ctrl-C while
+       waiting for a plan (submit_plan --wait, plan_status --watch or
+       --follow) stops waiting, leaves the plan running and ends flytoctl
+       as SIGINT does (130 in a shell)
+plan_status --log STEP --follow exits like --watch, with the step's outcome
+(a skipped step counts as failed).
+
+Every subcommand also answers to its kebab-case name: submit-plan,
+plan-status, session-send, ...";
 
 /// A mistake in what the user gave us (arguments, plan file): exit code 2.
 #[derive(Debug)]

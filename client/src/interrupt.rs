@@ -30,6 +30,8 @@ pub enum Mode {
     Run { id: String, cancel_sent: bool },
     /// Following a session: Ctrl-C ends it successfully.
     Attach,
+    /// Waiting for plan `id`: Ctrl-C stops waiting, not the plan.
+    Plan { id: String },
 }
 
 /// What to do about one Ctrl-C.
@@ -38,6 +40,8 @@ pub enum Action {
     Hint,
     Cancel(String),
     Exit(u8),
+    /// Say how to cancel plan `.0`, then die of SIGINT as before.
+    Detach(String),
 }
 
 /// Decides, and moves `mode` on.
@@ -53,6 +57,7 @@ pub fn on_interrupt(mode: &mut Mode) -> Action {
             Action::Cancel(id.clone())
         }
         Mode::Attach => Action::Exit(exit::SUCCESS),
+        Mode::Plan { id } => Action::Detach(id.clone()),
     }
 }
 
@@ -118,6 +123,13 @@ fn watch(mut reader: File, ctrlc: &CtrlC, socket: &std::path::Path) {
                 output::note(&format!("cancelling {id}… (Ctrl-C again quits at once)"));
                 cancel(socket, &id);
             }
+            Action::Detach(id) => {
+                let _ = output::stderr("\n");
+                output::note(&format!(
+                    "stopped waiting; plan {id} keeps running (`flytoctl plan_cancel {id}` cancels it)"
+                ));
+                die_of_sigint();
+            }
         }
     }
 }
@@ -134,6 +146,18 @@ fn cancel(socket: &std::path::Path, id: &str) {
             exit::message(&anyhow::Error::new(e))
         )),
     }
+}
+
+/// Ends the process as an unhandled Ctrl-C would, so the shell and scripts
+/// see the same status as before the handler was installed.
+fn die_of_sigint() -> ! {
+    // SAFETY: restoring the default disposition and raising the signal
+    // takes no pointers; the default action terminates the process.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::raise(libc::SIGINT);
+    }
+    std::process::exit(i32::from(exit::INTERRUPTED))
 }
 
 /// A pipe whose write end the handler uses; returns the read end.
@@ -278,5 +302,9 @@ mod tests {
             Action::Exit(exit::INTERRUPTED)
         );
         assert_eq!(on_interrupt(&mut Mode::Attach), Action::Exit(exit::SUCCESS));
+        assert_eq!(
+            on_interrupt(&mut Mode::Plan { id: "p3".into() }),
+            Action::Detach("p3".into())
+        );
     }
 }

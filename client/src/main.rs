@@ -21,17 +21,19 @@ mod context_render;
 mod exit;
 mod format;
 mod interrupt;
+mod logfile;
 mod output;
 mod plan_file;
 mod progress;
 mod render;
+mod sanitize;
 mod session_render;
 mod style;
 mod table;
 mod watch;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use anyhow::{Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -155,8 +157,13 @@ enum Command {
     /// Chat with a session: each line you type is a message (starts a new
     /// session unless given one)
     ///
-    /// Ctrl-C cancels the current reply, Ctrl-D or /quit leaves. With stdin
-    /// not a terminal there is no prompt: every input line is one message.
+    /// Ctrl-C cancels the current reply, Ctrl-D or /quit leaves. On a
+    /// terminal, lines can be edited and recalled (history in
+    /// $XDG_STATE_HOME/flytoctl/chat_history, else ~/.local/state/...), and
+    /// /help, /reset, /compact, /model NAME and /cancel run here without
+    /// reaching the model (//text sends "/text"). With stdin not a terminal
+    /// there is no prompt and no commands but /quit: every input line is one
+    /// message.
     Chat(chat::ChatArgs),
 
     /// Show the compaction circuit breaker of every project
@@ -195,10 +202,38 @@ enum Command {
         /// Plan id or name
         id: String,
     },
+
+    /// Print a shell completion script
+    ///
+    /// bash: `flytoctl completions bash > ~/.local/share/bash-completion/completions/flytoctl`;
+    /// zsh: into a directory on $fpath as `_flytoctl`; fish:
+    /// `flytoctl completions fish > ~/.config/fish/completions/flytoctl.fish`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The CLI with a kebab-case alias (`submit-plan`) for every snake_case
+/// subcommand, added here so that no subcommand can miss one.
+fn cli_command() -> clap::Command {
+    Cli::command().mut_subcommands(|sub| {
+        let name = sub.get_name().to_string();
+        if name.contains('_') {
+            sub.alias(name.replace('_', "-"))
+        } else {
+            sub
+        }
+    })
+}
+
+fn parse_cli() -> Cli {
+    let matches = cli_command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) if exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
@@ -237,17 +272,44 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),
         Command::PlanRemove { id } => cmd_plans::remove(&ctx, id),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cli_command(), "flytoctl", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+                .context("cannot write the completion script to stdout")?;
+            Ok(exit::SUCCESS)
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_is_consistent() {
-        Cli::command().debug_assert();
+        cli_command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_has_a_kebab_case_alias() {
+        let parse = |args: &[&str]| {
+            let matches = cli_command().try_get_matches_from(args)?;
+            Cli::from_arg_matches(&matches)
+        };
+        assert!(matches!(
+            parse(&["flytoctl", "plan-status", "p1"]).map(|c| c.command),
+            Ok(Command::PlanStatus(_))
+        ));
+        assert!(parse(&["flytoctl", "submit-plan", "--run", "true"]).is_ok());
+        for sub in cli_command().get_subcommands() {
+            let name = sub.get_name();
+            let kebab = name.replace('_', "-");
+            assert!(
+                kebab == name || sub.get_all_aliases().any(|a| a == kebab),
+                "{name} has no alias {kebab}"
+            );
+        }
     }
 
     #[test]

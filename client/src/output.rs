@@ -2,7 +2,7 @@
 //! the program quietly), notes on stderr never fail a command.
 
 use anyhow::{Context, Result};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 pub fn stdout(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -19,7 +19,9 @@ pub fn stderr(text: &str) -> Result<()> {
         .context("cannot write to stderr")
 }
 
-/// A `flytoctl: ...` line on stderr.
+/// A `flytoctl: ...` line on stderr; messages can quote daemon-provided
+/// text, so a terminal gets it sanitised.
 pub fn note(message: &str) {
+    let message = crate::sanitize::for_tty(message, std::io::stderr().is_terminal());
     let _ = writeln!(std::io::stderr().lock(), "flytoctl: {message}");
 }

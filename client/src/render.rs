@@ -7,15 +7,20 @@ use crate::style::{Style, Tone, plan_tone, step_tone};
 use crate::table::{Cell, Table};
 use flyto_protocol::{DaemonStats, PlanState, PlanSummary, PlanView, StepView};
 
-/// Header line, step table, then each step's error and output tails.
-pub fn plan_view(plan: &PlanView, now_ms: u64, style: Style) -> String {
+/// What running steps printed so far (the end of their log files), by
+/// step id.
+pub type Live = std::collections::HashMap<String, String>;
+
+/// Header line, step table, then each step's error and output tails (for
+/// a running step: its output so far, from `live`).
+pub fn plan_view(plan: &PlanView, now_ms: u64, style: Style, live: &Live) -> String {
     let mut out = plan_header(plan, now_ms, style);
     out.push('\n');
     out.push_str(&step_table(plan, now_ms, style));
     let details: Vec<String> = plan
         .steps
         .iter()
-        .map(|s| step_details(&plan.id, s, style))
+        .map(|s| step_details(&plan.id, s, style, live.get(&s.id)))
         .filter(|d| !d.is_empty())
         .collect();
     if !details.is_empty() {
@@ -29,7 +34,7 @@ pub fn plan_view(plan: &PlanView, now_ms: u64, style: Style) -> String {
 pub fn plan_header(plan: &PlanView, now_ms: u64, style: Style) -> String {
     let mut out = format!("plan {}", style.paint(&plan.id, Tone::Bold));
     if let Some(name) = &plan.name {
-        out.push_str(&format!(" {name:?}"));
+        out.push_str(&format!(" {:?}", style.text(name)));
     }
     out.push(' ');
     out.push_str(&style.paint(plan.state.as_str(), plan_tone(plan.state)));
@@ -50,7 +55,7 @@ pub fn plan_header(plan: &PlanView, now_ms: u64, style: Style) -> String {
     }
     if let Some(reason) = &plan.reason {
         out.push_str(": ");
-        out.push_str(reason);
+        out.push_str(&style.text(reason));
     }
     if let Some(old) = &plan.restarted_from {
         out.push_str(&format!("; restarted from {old}"));
@@ -65,7 +70,7 @@ fn step_table(plan: &PlanView, now_ms: u64, style: Style) -> String {
             Cell::plain(&step.id),
             Cell::plain(&step.kind),
             Cell::toned(step.state.as_str(), step_tone(step.state)),
-            Cell::plain(format!("{}/{}", step.attempts, step.max_attempts)),
+            Cell::plain(attempts(step)),
             Cell::plain(step_duration(step, now_ms).map_or_else(|| "-".to_string(), duration)),
             Cell::plain(
                 step.exit_code
@@ -74,6 +79,16 @@ fn step_table(plan: &PlanView, now_ms: u64, style: Style) -> String {
         ]);
     }
     table.render(style)
+}
+
+/// Starts so far; while a step may still start again (an interrupted
+/// attempt is retried), out of how many.
+fn attempts(step: &StepView) -> String {
+    if step.state.is_terminal() {
+        step.attempts.to_string()
+    } else {
+        format!("{}/{}", step.attempts, step.max_attempts)
+    }
 }
 
 /// Run time of a step: to its end, or to `now_ms` while it runs.
@@ -85,45 +100,84 @@ pub fn step_duration(step: &StepView, now_ms: u64) -> Option<u64> {
 /// Lines of each output tail shown under the table.
 pub const TAIL_LINES: usize = 10;
 
-fn step_details(plan_id: &str, step: &StepView, style: Style) -> String {
+fn step_details(plan_id: &str, step: &StepView, style: Style, live: Option<&String>) -> String {
     let mut out = String::new();
+    if let Some(so_far) = live {
+        let follow = format!(
+            "`flytoctl plan_status {plan_id} --log {} --follow`",
+            step.id
+        );
+        tail_section(
+            &mut out,
+            step,
+            "output so far",
+            so_far,
+            Tone::Plain,
+            style,
+            |hidden| {
+                if hidden {
+                    format!("… earlier output not shown; {follow} follows the whole log")
+                } else {
+                    format!("{follow} follows it")
+                }
+            },
+        );
+    }
     if let Some(error) = &step.error {
         out.push_str(&format!(
-            "{} {}: {error}\n",
+            "{} {}: {}\n",
             step.id,
-            style.paint("error", Tone::Red)
+            style.paint("error", Tone::Red),
+            style.text(error)
         ));
     }
     for (label, tail, tone) in [
         ("stdout", &step.stdout_tail, Tone::Plain),
         ("stderr", &step.stderr_tail, Tone::Red),
     ] {
-        let tail = tail.trim_end_matches(['\n', '\r']);
-        if tail.trim().is_empty() {
-            continue;
-        }
-        out.push_str(&format!("{} {}:\n", step.id, style.paint(label, tone)));
-        let lines: Vec<&str> = tail.lines().collect();
-        let hidden = lines.len().saturating_sub(TAIL_LINES);
-        if hidden > 0 {
-            let hint = if step.log_path.is_some() {
-                format!(
-                    "; `flytoctl plan_status {plan_id} --log {}` shows the whole log",
+        tail_section(&mut out, step, label, tail, tone, style, |hidden| {
+            match (hidden, &step.log_path) {
+                (false, _) => String::new(),
+                (true, Some(_)) => format!(
+                    "… earlier output not shown; `flytoctl plan_status {plan_id} --log {}` shows the whole log",
                     step.id
-                )
-            } else {
-                String::new()
-            };
-            let note = format!("… earlier output not shown{hint}");
-            out.push_str(&format!("    {}\n", style.paint(&note, Tone::Dim)));
-        }
-        for line in lines.iter().skip(hidden) {
-            out.push_str("    ");
-            out.push_str(line);
-            out.push('\n');
-        }
+                ),
+                (true, None) => "… earlier output not shown".to_string(),
+            }
+        });
     }
     out
+}
+
+/// `<step> <label>:`, then the last [`TAIL_LINES`] lines of `tail`
+/// indented; `hint(cut)` is a dim line under the label (when not empty),
+/// `cut` telling whether earlier lines were left out.
+fn tail_section(
+    out: &mut String,
+    step: &StepView,
+    label: &str,
+    tail: &str,
+    tone: Tone,
+    style: Style,
+    hint: impl Fn(bool) -> String,
+) {
+    let tail = style.text(tail);
+    let tail = tail.trim_end_matches(['\n', '\r']);
+    if tail.trim().is_empty() {
+        return;
+    }
+    out.push_str(&format!("{} {}:\n", step.id, style.paint(label, tone)));
+    let lines: Vec<&str> = tail.lines().collect();
+    let hidden = lines.len().saturating_sub(TAIL_LINES);
+    let note = hint(hidden > 0);
+    if !note.is_empty() {
+        out.push_str(&format!("    {}\n", style.paint(&note, Tone::Dim)));
+    }
+    for line in lines.iter().skip(hidden) {
+        out.push_str("    ");
+        out.push_str(line);
+        out.push('\n');
+    }
 }
 
 pub fn plan_list(plans: &[PlanSummary], now_ms: u64, style: Style) -> String {
@@ -138,12 +192,49 @@ pub fn plan_list(plans: &[PlanSummary], now_ms: u64, style: Style) -> String {
                 },
                 plan_tone(plan.state),
             ),
-            Cell::plain(format!("{}/{}", plan.steps_done, plan.steps_total)),
+            Cell::plain(step_counts(plan)),
             Cell::plain(age(now_ms, plan.created_ms)),
             Cell::plain(plan.name.as_deref().unwrap_or("-")),
         ]);
     }
     table.render(style)
+}
+
+/// `12 more plans; `flytoctl plan_list --limit 62` lists them`, when the
+/// list was cut.
+pub fn more_plans(shown: usize, total: u64, state: Option<PlanState>) -> Option<String> {
+    let more = total.checked_sub(shown as u64).filter(|n| *n > 0)?;
+    let state = state.map_or_else(String::new, |s| format!(" --state {}", s.as_str()));
+    let plural = if more == 1 { "" } else { "s" };
+    Some(format!(
+        "{more} more plan{plural}; `flytoctl plan_list{state} --limit {total}` lists them"
+    ))
+}
+
+/// `3 ok, 1 failed, 2 skipped` once every step ended; before that how many
+/// did, then how they ended (`1/3: 1 ok`).
+pub fn step_counts(plan: &PlanSummary) -> String {
+    let cancelled = plan
+        .steps_done
+        .saturating_sub(plan.steps_succeeded + plan.steps_failed + plan.steps_skipped);
+    let outcomes: Vec<String> = [
+        (plan.steps_succeeded, "ok"),
+        (plan.steps_failed, "failed"),
+        (plan.steps_skipped, "skipped"),
+        (cancelled, "cancelled"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let outcomes = outcomes.join(", ");
+    if plan.steps_done >= plan.steps_total {
+        outcomes
+    } else if outcomes.is_empty() {
+        format!("{}/{}", plan.steps_done, plan.steps_total)
+    } else {
+        format!("{}/{}: {outcomes}", plan.steps_done, plan.steps_total)
+    }
 }
 
 /// What `plan_cancel` reports for the state the plan ended in.
@@ -258,13 +349,13 @@ mod tests {
 
     #[test]
     fn renders_a_plan() {
-        let text = plan_view(&sample(), 200_000, Style::plain());
+        let text = plan_view(&sample(), 200_000, Style::plain(), &Live::new());
         let expected = "\
 plan p12 \"nightly\" failed after 3m05s: step build failed
 STEP   KIND   STATE      ATTEMPTS  DURATION  EXIT
-fetch  run    succeeded  1/3       1.2s      0
-build  run    failed     3/3       3m04s     1
-docs   agent  skipped    0/1       -         -
+fetch  run    succeeded  1         1.2s      0
+build  run    failed     3         3m04s     1
+docs   agent  skipped    0         -         -
 
 fetch stdout:
     hello
@@ -282,7 +373,7 @@ build stderr:
         plan.steps.truncate(1);
         plan.steps[0].stdout_tail = (1..=25).map(|i| format!("line {i}\n")).collect();
         plan.steps[0].log_path = Some("/logs/p12/fetch.log".into());
-        let text = plan_view(&plan, 200_000, Style::plain());
+        let text = plan_view(&plan, 200_000, Style::plain(), &Live::new());
         let details = &text[text.find("fetch stdout:").unwrap()..];
         let mut expected = "fetch stdout:\n    … earlier output not shown; `flytoctl plan_status p12 --log fetch` shows the whole log\n".to_string();
         for i in 16..=25 {
@@ -317,10 +408,31 @@ build stderr:
             finished_ms: None,
             steps_total: 3,
             steps_done: 1,
+            steps_succeeded: 1,
+            steps_failed: 0,
+            steps_skipped: 0,
         }];
         assert_eq!(
             plan_list(&plans, 300_000, Style::plain()),
-            "ID  STATE    STEPS  CREATED  NAME\np2  running  1/3    5m ago   -\n"
+            "ID  STATE    STEPS      CREATED  NAME\np2  running  1/3: 1 ok  5m ago   -\n"
+        );
+        let counts = |done, ok, failed, skipped| {
+            step_counts(&PlanSummary {
+                steps_total: 6,
+                steps_done: done,
+                steps_succeeded: ok,
+                steps_failed: failed,
+                steps_skipped: skipped,
+                ..plans[0].clone()
+            })
+        };
+        assert_eq!(counts(6, 3, 1, 2), "3 ok, 1 failed, 2 skipped");
+        assert_eq!(counts(6, 5, 0, 0), "5 ok, 1 cancelled");
+        assert_eq!(counts(0, 0, 0, 0), "0/6");
+        assert_eq!(more_plans(5, 5, None), None);
+        assert_eq!(
+            more_plans(50, 51, Some(PlanState::Failed)).as_deref(),
+            Some("1 more plan; `flytoctl plan_list --state failed --limit 51` lists them")
         );
         assert_eq!(pong("0.1.0", 42, 184_000), "flytod 0.1.0 pid 42 up 3m04s");
         assert_eq!(cancelled("p1", PlanState::Cancelled), "cancelled p1");

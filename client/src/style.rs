@@ -1,7 +1,10 @@
 //! Colors: only when the stream written to is a terminal and `NO_COLOR` is
-//! unset. Also the terminal's width, for one-line summaries.
+//! unset; daemon-provided text made safe for that terminal. Also the
+//! terminal's width, for one-line summaries.
 
+use crate::sanitize;
 use flyto_protocol::{PlanState, StepState};
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,30 +33,51 @@ impl Tone {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Style {
     color: bool,
+    /// The stream is a terminal: daemon-provided text is sanitised.
+    tty: bool,
 }
 
 impl Style {
     pub fn detect() -> Style {
-        Style {
-            color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        }
+        Style::of(std::io::stdout().is_terminal())
     }
 
     /// For text written to stderr (session runs show tool calls there).
     pub fn detect_stderr() -> Style {
+        Style::of(std::io::stderr().is_terminal())
+    }
+
+    fn of(tty: bool) -> Style {
         Style {
-            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            color: tty && std::env::var_os("NO_COLOR").is_none(),
+            tty,
         }
     }
 
     #[cfg(test)]
     pub fn plain() -> Style {
-        Style { color: false }
+        Style {
+            color: false,
+            tty: false,
+        }
     }
 
     #[cfg(test)]
     pub fn colored() -> Style {
-        Style { color: true }
+        Style {
+            color: true,
+            tty: true,
+        }
+    }
+
+    pub fn is_tty(self) -> bool {
+        self.tty
+    }
+
+    /// Daemon-provided `text` as this stream may show it: without escape
+    /// sequences on a terminal, unchanged for pipes.
+    pub fn text(self, text: &str) -> Cow<'_, str> {
+        sanitize::for_tty(text, self.tty)
     }
 
     pub fn paint(self, text: &str, tone: Tone) -> String {
@@ -120,7 +144,7 @@ mod tests {
     #[test]
     fn paints_only_with_color() {
         assert_eq!(Style::plain().paint("ok", Tone::Green), "ok");
-        let color = Style { color: true };
+        let color = Style::colored();
         assert_eq!(color.paint("ok", Tone::Green), "\x1b[32mok\x1b[0m");
         assert_eq!(color.paint("ok", Tone::Plain), "ok");
     }

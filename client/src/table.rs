@@ -1,5 +1,6 @@
 //! A plain left-aligned text table; colors never affect the alignment.
 
+use crate::sanitize::sanitize;
 use crate::style::{Style, Tone};
 
 pub struct Cell {
@@ -13,9 +14,9 @@ impl Cell {
     }
 
     pub fn toned(text: impl Into<String>, tone: Tone) -> Cell {
-        // One cell, one line: control characters would break the layout.
-        let text = text
-            .into()
+        // One cell, one line: escape sequences and control characters
+        // would break the layout (and drive the terminal), on any stream.
+        let text = sanitize(&text.into())
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
@@ -78,7 +79,7 @@ mod tests {
     fn aligns_columns_without_trailing_spaces() {
         let mut t = Table::new(&["ID", "NAME"]);
         t.row(vec![Cell::plain("p1"), Cell::plain("a\nb")]);
-        t.row(vec![Cell::plain("p100"), Cell::plain("x")]);
+        t.row(vec![Cell::plain("p100"), Cell::plain("x\x1b]0;title\x07")]);
         assert_eq!(t.render(Style::plain()), "ID    NAME\np1    a b\np100  x\n");
     }
 }

@@ -294,7 +294,11 @@ fn status_list_ping_and_cancel() {
                     finished_ms: None,
                     steps_total: 2,
                     steps_done: 1,
+                    steps_succeeded: 1,
+                    steps_failed: 0,
+                    steps_skipped: 0,
                 }],
+                total: 8,
             }])
         }
         Request::PlanCancel { id } => reply(vec![Response::PlanCancelled {
@@ -339,9 +343,13 @@ fn status_list_ping_and_cancel() {
 
     let out = flytoctl(&fake, &["plan_list", "--state", "running", "--limit", "5"]);
     assert!(
-        text(&out.stdout).contains("p1  running  1/2"),
+        text(&out.stdout).contains("p1  running  1/2: 1 ok"),
         "{}",
         text(&out.stdout)
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "flytoctl: 7 more plans; `flytoctl plan_list --state running --limit 8` lists them\n"
     );
 
     let out = flytoctl(&fake, &["plan_cancel", "p1"]);

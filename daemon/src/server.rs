@@ -643,16 +643,19 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         Request::PlanList { state, limit } => {
             let limit = limit.unwrap_or(50).clamp(1, 10_000) as usize;
             match &sink.scope {
-                None => ctx.reader.list(state, limit),
+                None => ctx.reader.list(state, limit).and_then(|plans| {
+                    let total = ctx.reader.total(state)?;
+                    Ok(Response::Plans { plans, total })
+                }),
                 // A chain is small; look further back and keep its plans.
                 Some(scope) => ctx.reader.list(state, 10_000).map(|all| {
-                    all.into_iter()
-                        .filter(|p| p.chain == scope.chain)
-                        .take(limit)
-                        .collect()
+                    let mut plans: Vec<_> =
+                        all.into_iter().filter(|p| p.chain == scope.chain).collect();
+                    let total = plans.len() as u64;
+                    plans.truncate(limit);
+                    Response::Plans { plans, total }
                 }),
             }
-            .map(|plans| Response::Plans { plans })
         }
         Request::PlanCancel { id } => ask(ctx, |reply| SchedulerMsg::Cancel { id, reply })
             .await

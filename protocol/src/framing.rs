@@ -444,7 +444,11 @@ mod tests {
                     steps_total: 2,
                     steps_done: 1,
                     queue_position: Some(1),
+                    steps_succeeded: 1,
+                    steps_failed: 0,
+                    steps_skipped: 0,
                 }],
+                total: 7,
             },
             Response::PlanCancelled {
                 id: "p1".into(),

@@ -43,6 +43,7 @@ pub use types::*;
 
 /// Version of the request/response types. Bumped on any incompatible change
 /// (2: `ContextView::head_from_idx`; 3: issue 10's foundation fixes:
-/// plan env, names, restart, remove, queue positions, session approvals,
+/// plan env, names, restart, remove, queue positions, `Plans::total` and
+/// the per-outcome step counts of `PlanSummary`, session approvals,
 /// `session_delete`, message times).
 pub const PROTOCOL_VERSION: u32 = 3;

@@ -171,6 +171,8 @@ pub enum Response {
     },
     Plans {
         plans: Vec<PlanSummary>,
+        /// How many plans match the request without its limit.
+        total: u64,
     },
     PlanCancelled {
         id: String,
@@ -780,9 +782,14 @@ pub struct PlanSummary {
     pub created_ms: u64,
     pub finished_ms: Option<u64>,
     pub steps_total: u32,
+    /// Steps in a terminal state; the next three count some of them (the
+    /// rest were cancelled).
     pub steps_done: u32,
     /// For a pending plan: its place in the queue, from 1.
     pub queue_position: Option<u32>,
+    pub steps_succeeded: u32,
+    pub steps_failed: u32,
+    pub steps_skipped: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -186,7 +186,7 @@ fn submits_during_the_drain_are_answered_unavailable() {
         })
         .expect("plan_list")
     {
-        Response::Plans { plans } => plans,
+        Response::Plans { plans, .. } => plans,
         other => panic!("unexpected answer {other:?}"),
     };
     assert_eq!(all.len(), 1, "{all:?}");

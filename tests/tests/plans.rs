@@ -89,7 +89,7 @@ fn list(env: &TestEnv, state: Option<PlanState>) -> Vec<PlanSummary> {
         .call(&Request::PlanList { state, limit: None })
         .expect("plan_list")
     {
-        Response::Plans { plans } => plans,
+        Response::Plans { plans, .. } => plans,
         other => panic!("unexpected answer {other:?}"),
     }
 }
@@ -573,7 +573,7 @@ fn json_lines_mode_answers_without_a_handshake() {
         other => panic!("unexpected {other:?}"),
     }
     match conn.response() {
-        Response::Plans { plans } => {
+        Response::Plans { plans, .. } => {
             assert_eq!(plans.len(), 1);
             assert_eq!(plans[0].id, id);
         }

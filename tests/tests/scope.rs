@@ -22,7 +22,7 @@ fn plans(env: &TestEnv) -> Vec<PlanSummary> {
         })
         .expect("plan_list")
     {
-        Response::Plans { plans } => plans,
+        Response::Plans { plans, .. } => plans,
         other => panic!("unexpected {other:?}"),
     }
 }

@@ -790,7 +790,7 @@ fn a_tool_child_submits_a_plan_through_flyto_plan_sock() {
         })
         .expect("plan_list")
     {
-        Response::Plans { plans } => plans,
+        Response::Plans { plans, .. } => plans,
         other => panic!("unexpected answer {other:?}"),
     };
     assert_eq!(plans.len(), 1, "{plans:#?}");

@@ -295,8 +295,11 @@ impl PlanRecord {
             created_ms: self.created_ms,
             finished_ms: self.finished_ms,
             steps_total: self.steps.len() as u32,
-            steps_done: self.steps.iter().filter(|s| s.state.is_terminal()).count() as u32,
+            steps_done: self.count_steps(StepState::is_terminal),
             queue_position: None,
+            steps_succeeded: self.count_steps(|s| s == StepState::Succeeded),
+            steps_failed: self.count_steps(|s| s == StepState::Failed),
+            steps_skipped: self.count_steps(|s| s == StepState::Skipped),
         }
     }
 
@@ -331,6 +334,10 @@ impl PlanRecord {
                 })
                 .collect(),
         }
+    }
+
+    fn count_steps(&self, pred: impl Fn(StepState) -> bool) -> u32 {
+        self.steps.iter().filter(|s| pred(s.state)).count() as u32
     }
 
     pub fn step_index(&self, id: &str) -> Option<usize> {

@@ -219,6 +219,15 @@ impl PlanReader {
             .collect())
     }
 
+    /// Plans in `state` (every plan without one), from the kept counts.
+    pub fn total(&self, state: Option<PlanState>) -> Result<u64, Reject> {
+        let c = |s| self.store.count(s).map_err(Reject::internal);
+        match state {
+            Some(s) => c(s),
+            None => PlanState::ALL.iter().try_fold(0, |sum, s| Ok(sum + c(*s)?)),
+        }
+    }
+
     pub fn counts(&self) -> Result<PlanCounts, Reject> {
         let c = |s| self.store.count(s).map_err(Reject::internal);
         Ok(PlanCounts {

@@ -892,7 +892,7 @@ fn stored_plans(cli: &Cli) -> anyhow::Result<()> {
         state: None,
         limit: Some(50),
     })? {
-        Response::Plans { plans } => plans.len(),
+        Response::Plans { plans, .. } => plans.len(),
         other => bail!("unexpected answer to plan_list: {other:?}"),
     };
     let list_ms = t.elapsed().as_secs_f64() * 1000.0;
