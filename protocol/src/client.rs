@@ -1,10 +1,15 @@
 //! A small blocking client: connect + handshake, then `call` or `send`/`recv`.
+//!
+//! It speaks over an `interprocess` local socket (a Unix socket path on
+//! Linux), the one blocking transport flytoctl and the processes of plan
+//! steps and agents use.
 
 use crate::PROTOCOL_VERSION;
 use crate::framing::{FrameError, read_frame, write_frame};
 use crate::types::{ErrorCode, Request, Response};
+use interprocess::local_socket::prelude::*;
+use interprocess::local_socket::{GenericFilePath, Stream};
 use std::io::BufReader;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +36,7 @@ pub enum ClientError {
 pub struct Client {
     /// Reads through a buffer: a frame's header and payload usually come
     /// in one `read` instead of two. Writes go to the stream itself.
-    stream: BufReader<UnixStream>,
+    stream: BufReader<Stream>,
     daemon_version: String,
 }
 
@@ -42,7 +47,7 @@ impl Client {
     }
 
     pub fn connect_as(path: &Path, client_name: &str) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|source| match source.kind() {
+        let connect_err = |source: std::io::Error| match source.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 ClientError::NotRunning {
                     path: path.to_path_buf(),
@@ -52,7 +57,11 @@ impl Client {
                 path: path.to_path_buf(),
                 source,
             },
-        })?;
+        };
+        let name = path
+            .to_fs_name::<GenericFilePath>()
+            .map_err(connect_err)?;
+        let stream = Stream::connect(name).map_err(connect_err)?;
         let mut client = Client {
             stream: BufReader::new(stream),
             daemon_version: String::new(),
@@ -94,7 +103,7 @@ impl Client {
 
     /// Bounds how long `recv` waits; `None` waits forever.
     pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
-        self.stream.get_ref().set_read_timeout(limit)
+        self.stream.get_ref().set_recv_timeout(limit)
     }
 }
 
@@ -105,23 +114,107 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixListener;
 
+    /// A fresh directory per test (tests run in parallel threads).
+    fn test_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "flyto-client-test-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn welcome() -> Vec<u8> {
+        frame(&Response::Welcome {
+            protocol: PROTOCOL_VERSION,
+            daemon_version: "test".into(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn no_socket_and_a_stale_socket_both_say_flytod_is_not_running() {
+        let dir = test_dir("not-running");
+        let missing = dir.join("missing.sock");
+        let err = Client::connect(&missing).err().unwrap();
+        assert!(matches!(&err, ClientError::NotRunning { path } if *path == missing));
+        assert!(err.to_string().contains("flytod is not running"), "{err}");
+        // A socket file left by a daemon that died: nobody accepts on it.
+        let stale = dir.join("stale.sock");
+        drop(UnixListener::bind(&stale).unwrap());
+        let err = Client::connect(&stale).err().unwrap();
+        assert!(matches!(&err, ClientError::NotRunning { path } if *path == stale));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_oversized_frame_header_is_refused_before_reading_it() {
+        let dir = test_dir("too-large");
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            read_frame_bytes(&mut s).unwrap().unwrap();
+            s.write_all(&welcome()).unwrap();
+            read_frame_bytes(&mut s).unwrap().unwrap();
+            // A header announcing 4 GiB, and nothing after it.
+            s.write_all(&u32::MAX.to_be_bytes()).unwrap();
+            s
+        });
+        let mut client = Client::connect(&path).unwrap();
+        match client.call(&Request::Ping {}) {
+            Err(ClientError::Frame(FrameError::TooLarge { len, max })) => {
+                assert_eq!((len, max), (u32::MAX as usize, crate::MAX_FRAME));
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        drop(server.join().unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_read_timeout_bounds_recv() {
+        let dir = test_dir("timeout");
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            read_frame_bytes(&mut s).unwrap().unwrap();
+            s.write_all(&welcome()).unwrap();
+            // Keep the connection open, silent, until the client hangs up.
+            let _ = read_frame_bytes(&mut s);
+        });
+        let mut client = Client::connect(&path).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        match client.recv() {
+            Err(ClientError::Frame(FrameError::Io(e))) => assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "{e}"
+            ),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        drop(client);
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn frames_that_arrive_together_are_read_one_by_one() {
-        let dir = std::env::temp_dir().join(format!("flyto-client-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("together");
         let path = dir.join("s.sock");
-        let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             read_frame_bytes(&mut s).unwrap().unwrap();
             // The welcome and two more answers in one write: the client's
             // buffer holds all three after its first read.
-            let mut bytes = frame(&Response::Welcome {
-                protocol: PROTOCOL_VERSION,
-                daemon_version: "test".into(),
-            })
-            .unwrap();
+            let mut bytes = welcome();
             for pid in [1, 2] {
                 bytes.extend(
                     frame(&Response::Pong {
