@@ -7,10 +7,16 @@
 use crate::PROTOCOL_VERSION;
 use crate::framing::{FrameError, read_frame, write_frame};
 use crate::types::{ErrorCode, Request, Response};
+use interprocess::local_socket::GenericFilePath;
 use interprocess::local_socket::prelude::*;
-use interprocess::local_socket::{GenericFilePath, Stream};
-use std::io::BufReader;
+// The Unix implementation behind interprocess's local sockets (the only
+// one on Linux), named directly because poll(2) needs its fd.
+use interprocess::os::unix::uds_local_socket::Stream;
+use std::io::{BufReader, Read};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -36,8 +42,74 @@ pub enum ClientError {
 pub struct Client {
     /// Reads through a buffer: a frame's header and payload usually come
     /// in one `read` instead of two. Writes go to the stream itself.
-    stream: BufReader<Stream>,
+    stream: BufReader<PollIn>,
     daemon_version: String,
+}
+
+/// The socket, read only once poll(2) says there is input.
+///
+/// A thread blocked in read(2) on a Unix socket sleeps on the same wait
+/// queue as writers waiting for space, so each time the daemon reads a
+/// request it wakes the client (which finds nothing and sleeps again): a
+/// cross-CPU wake-up per request, paid mostly by the daemon. poll(2) waits
+/// for input only and is not woken by that.
+struct PollIn {
+    stream: Stream,
+    /// Read timeout in nanoseconds; `u64::MAX`: none.
+    timeout_ns: AtomicU64,
+}
+
+impl PollIn {
+    fn timeout(&self) -> Option<Duration> {
+        match self.timeout_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Waits until the socket is readable (or hung up), up to the timeout.
+    fn wait_readable(&self) -> std::io::Result<()> {
+        let deadline = self.timeout().map(|t| Instant::now() + t);
+        let mut fd = libc::pollfd {
+            fd: self.stream.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            let ms = match deadline {
+                None => -1,
+                // Rounded up, so a short timeout does not become a busy poll.
+                Some(d) => d
+                    .saturating_duration_since(Instant::now())
+                    .as_micros()
+                    .div_ceil(1000)
+                    .min(i32::MAX as u128) as i32,
+            };
+            // SAFETY: one pollfd on the stack for a socket this owns.
+            match unsafe { libc::poll(&mut fd, 1, ms) } {
+                n if n > 0 => return Ok(()),
+                0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "flytod did not answer within the read timeout",
+                    ));
+                }
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Read for PollIn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.wait_readable()?;
+        (&self.stream).read(buf)
+    }
 }
 
 impl Client {
@@ -58,12 +130,13 @@ impl Client {
                 source,
             },
         };
-        let name = path
-            .to_fs_name::<GenericFilePath>()
-            .map_err(connect_err)?;
+        let name = path.to_fs_name::<GenericFilePath>().map_err(connect_err)?;
         let stream = Stream::connect(name).map_err(connect_err)?;
         let mut client = Client {
-            stream: BufReader::new(stream),
+            stream: BufReader::new(PollIn {
+                stream,
+                timeout_ns: AtomicU64::new(u64::MAX),
+            }),
             daemon_version: String::new(),
         };
         let hello = Request::Hello {
@@ -82,7 +155,7 @@ impl Client {
     }
 
     pub fn send(&mut self, req: &Request) -> Result<(), ClientError> {
-        write_frame(self.stream.get_mut(), req)?;
+        write_frame(&mut self.stream.get_mut().stream, req)?;
         Ok(())
     }
 
@@ -102,8 +175,22 @@ impl Client {
     }
 
     /// Bounds how long `recv` waits; `None` waits forever.
-    pub fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
-        self.stream.get_ref().set_recv_timeout(limit)
+    pub fn set_read_timeout(&self, limit: Option<Duration>) -> std::io::Result<()> {
+        if limit.is_some_and(|l| l.is_zero()) {
+            // As for sockets: a zero timeout is refused, not "forever".
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a read timeout of zero is not a timeout; use None to wait forever",
+            ));
+        }
+        let ns = limit.map_or(u64::MAX, |l| l.as_nanos().min(u64::MAX as u128 - 1) as u64);
+        self.stream
+            .get_ref()
+            .timeout_ns
+            .store(ns, Ordering::Relaxed);
+        // The socket's own timeout too, should a read ever block after
+        // poll said it would not.
+        self.stream.get_ref().stream.set_recv_timeout(limit)
     }
 }
 
@@ -116,10 +203,8 @@ mod tests {
 
     /// A fresh directory per test (tests run in parallel threads).
     fn test_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "flyto-client-test-{}-{name}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("flyto-client-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

@@ -39,5 +39,6 @@ pub use framing::{FrameError, MAX_FRAME};
 pub use types::*;
 
 /// Version of the request/response types. Bumped on any incompatible change
-/// (2: `ContextView::head_from_idx`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// (2: `ContextView::head_from_idx`; 3: the changes of issue 10, among them
+/// `DaemonStats::disk_syncs`).
+pub const PROTOCOL_VERSION: u32 = 3;
