@@ -385,6 +385,9 @@ struct Interleaved {
     echo_ns: Vec<u64>,
     daemon_cpu: u64,
     echo_cpu: u64,
+    /// Context switches (all threads) per call, times 100.
+    daemon_switches: u64,
+    echo_switches: u64,
 }
 
 /// Alternates rounds of `daemon` and `echo` calls, so that noise from the
@@ -398,19 +401,24 @@ fn interleaved(
     let chunk = 500.min(calls.max(1));
     let (mut daemon_ns, mut echo_ns) = (Vec::new(), Vec::new());
     let (mut daemon_cpu, mut echo_cpu) = (0u64, 0u64);
+    let (mut daemon_sw, mut echo_sw) = (0u64, 0u64);
     while daemon_ns.len() < calls.max(1) {
-        let before = cpu_ns(daemon_pid);
+        let (before, sw) = (cpu_ns(daemon_pid), switches(daemon_pid));
         daemon_ns.extend(time_calls(0, chunk, &mut daemon)?);
         daemon_cpu += cpu_ns(daemon_pid).saturating_sub(before);
-        let before = cpu_ns(echo_pid);
+        daemon_sw += switches(daemon_pid).saturating_sub(sw);
+        let (before, sw) = (cpu_ns(echo_pid), switches(echo_pid));
         echo_ns.extend(time_calls(0, chunk, &mut echo)?);
         echo_cpu += cpu_ns(echo_pid).saturating_sub(before);
+        echo_sw += switches(echo_pid).saturating_sub(sw);
     }
     daemon_ns.sort_unstable();
     echo_ns.sort_unstable();
     Ok(Interleaved {
         daemon_cpu: daemon_cpu / daemon_ns.len() as u64,
         echo_cpu: echo_cpu / echo_ns.len() as u64,
+        daemon_switches: daemon_sw * 100 / daemon_ns.len() as u64,
+        echo_switches: echo_sw * 100 / echo_ns.len() as u64,
         daemon_ns,
         echo_ns,
     })
@@ -441,6 +449,23 @@ fn set_affinity(pid: i32, set: &libc::cpu_set_t) -> bool {
         ok &= rc == 0;
     }
     ok
+}
+
+/// Context switches (voluntary and not) of all live threads of a process.
+fn switches(pid: i32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// CPU time used so far by all threads of a process, in nanoseconds.
@@ -621,6 +646,17 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
     };
     let mut echo_call = || {
         echo.get_mut().write_all(&req_frame)?;
+        // Wait for input with poll(2) before reading, as the Client does
+        // (a blocked read(2) would be woken when the server reads).
+        if echo.buffer().is_empty() {
+            let mut fd = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(echo.get_ref()),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack for a socket we own.
+            unsafe { libc::poll(&mut fd, 1, -1) };
+        }
         let got = framing::read_frame_bytes(&mut echo)?.context("echo server closed")?;
         if got.len() + 4 != resp_frame.len() {
             bail!("echo answered {} bytes", got.len());
@@ -651,9 +687,11 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
         us(*m.echo_ns.last().unwrap_or(&0))
     );
     println!(
-        "plan_status server CPU per call: flytod {} (echo {})",
+        "plan_status server CPU per call: flytod {} (echo {}); context switches per call: flytod {:.2} (echo {:.2})",
         us(m.daemon_cpu),
-        us(m.echo_cpu)
+        us(m.echo_cpu),
+        m.daemon_switches as f64 / 100.0,
+        m.echo_switches as f64 / 100.0
     );
     let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
     let mut figures = vec![
@@ -672,29 +710,40 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
         ),
     ];
     // On a small VM the figures above swing with where the scheduler puts
-    // the client and the server (same CPU or not, waking an idle vCPU);
-    // with everything on one CPU the comparison is steadier.
+    // the client and each server: waking a thread on another (idle) vCPU
+    // costs tens of microseconds here, on one CPU a few. Unpinned, whichever
+    // server lands across from the client loses. Pinned placements make
+    // the comparison steady: all on one CPU, and servers across from the
+    // client (each call then wakes the other vCPU twice, for both servers).
     let all = [std::process::id() as i32, servers.0, servers.1];
     let saved: Vec<_> = all.iter().map(|&p| affinity(p)).collect();
-    let mine = saved[0].as_ref();
-    // SAFETY: CPU_ISSET/CPU_SET read and write a plain-data cpu_set_t.
-    let cpu = mine.and_then(|set| {
-        (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, set) })
+    // SAFETY: CPU_ISSET reads a plain-data cpu_set_t.
+    let cpus: Vec<usize> = saved[0].as_ref().map_or_else(Vec::new, |set| {
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+            .collect()
     });
-    if let (Some(cpu), true) = (cpu, saved.iter().all(Option::is_some)) {
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(cpu, &mut one) };
-        let pinned = all.iter().all(|&p| set_affinity(p, &one));
-        let m = if pinned {
-            Some(interleaved(
-                cli.calls / 2,
-                servers,
-                &mut status_call,
-                &mut echo_call,
-            ))
-        } else {
-            None
-        };
+    let one = |cpu: usize| {
+        // SAFETY: CPU_SET writes a plain-data cpu_set_t.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        set
+    };
+    let mut placements = Vec::new();
+    if let Some(&first) = cpus.first() {
+        placements.push((first, first));
+    }
+    if let [first, second, ..] = cpus[..] {
+        placements.push((first, second));
+    }
+    for (client_cpu, server_cpu) in placements {
+        if !saved.iter().all(Option::is_some) {
+            break;
+        }
+        let pinned = set_affinity(all[0], &one(client_cpu))
+            && all[1..].iter().all(|&p| set_affinity(p, &one(server_cpu)));
+        let m =
+            pinned.then(|| interleaved(cli.calls / 2, servers, &mut status_call, &mut echo_call));
         for (&p, set) in all.iter().zip(&saved) {
             if let Some(set) = set {
                 set_affinity(p, set);
@@ -702,16 +751,32 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
         }
         if let Some(m) = m.transpose()? {
             let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
-            let line = format!(
-                "plan_status p50 with client and servers on CPU {cpu}: {} (echo {}) ratio {:.2}; server CPU per call: flytod {} (echo {})",
+            let place = if client_cpu == server_cpu {
+                format!("client and servers on CPU {client_cpu}")
+            } else {
+                format!("client on CPU {client_cpu}, servers on CPU {server_cpu}")
+            };
+            println!(
+                "plan_status p50 with {place}: {} (echo {}) ratio {:.2}; server CPU per call: flytod {} (echo {})",
                 us(d),
                 us(e),
                 d as f64 / e.max(1) as f64,
                 us(m.daemon_cpu),
                 us(m.echo_cpu)
             );
-            println!("{line}");
-            figures.push(line);
+            figures.push(at_most(
+                &format!("plan_status p50 / echo p50 with {place}"),
+                d as f64 / e.max(1) as f64,
+                "x",
+                &format!(
+                    " ({} / {}; server CPU per call flytod {}, echo {})",
+                    us(d),
+                    us(e),
+                    us(m.daemon_cpu),
+                    us(m.echo_cpu)
+                ),
+                2.0,
+            ));
         }
     }
     // Where the time goes: ping is answered by the connection task alone.
