@@ -233,21 +233,32 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn an_oversized_frame_header_is_refused_before_reading_it() {
-        let dir = test_dir("too-large");
-        let path = dir.join("s.sock");
-        let listener = UnixListener::bind(&path).unwrap();
+    /// A server on a fresh socket that answers the handshake, then runs
+    /// `then` on the connection; the client is connected.
+    fn greeted<T: Send + 'static>(
+        name: &str,
+        then: impl FnOnce(std::os::unix::net::UnixStream) -> T + Send + 'static,
+    ) -> (Client, std::thread::JoinHandle<T>, PathBuf) {
+        let dir = test_dir(name);
+        let listener = UnixListener::bind(dir.join("s.sock")).unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             read_frame_bytes(&mut s).unwrap().unwrap();
             s.write_all(&welcome()).unwrap();
+            then(s)
+        });
+        let client = Client::connect(&dir.join("s.sock")).unwrap();
+        (client, server, dir)
+    }
+
+    #[test]
+    fn an_oversized_frame_header_is_refused_before_reading_it() {
+        let (mut client, server, dir) = greeted("too-large", |mut s| {
             read_frame_bytes(&mut s).unwrap().unwrap();
             // A header announcing 4 GiB, and nothing after it.
             s.write_all(&u32::MAX.to_be_bytes()).unwrap();
             s
         });
-        let mut client = Client::connect(&path).unwrap();
         match client.call(&Request::Ping {}) {
             Err(ClientError::Frame(FrameError::TooLarge { len, max })) => {
                 assert_eq!((len, max), (u32::MAX as usize, crate::MAX_FRAME));
@@ -260,17 +271,10 @@ mod tests {
 
     #[test]
     fn a_read_timeout_bounds_recv() {
-        let dir = test_dir("timeout");
-        let path = dir.join("s.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            read_frame_bytes(&mut s).unwrap().unwrap();
-            s.write_all(&welcome()).unwrap();
-            // Keep the connection open, silent, until the client hangs up.
+        // The server stays silent until the client hangs up.
+        let (mut client, server, dir) = greeted("timeout", |mut s| {
             let _ = read_frame_bytes(&mut s);
         });
-        let mut client = Client::connect(&path).unwrap();
         client
             .set_read_timeout(Some(std::time::Duration::from_millis(20)))
             .unwrap();

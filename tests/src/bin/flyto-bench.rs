@@ -451,33 +451,36 @@ fn set_affinity(pid: i32, set: &libc::cpu_set_t) -> bool {
     ok
 }
 
-/// Context switches (voluntary and not) of all live threads of a process.
-fn switches(pid: i32) -> u64 {
+/// Sums `parse` of `/proc/<pid>/task/<tid>/<file>` over the live threads.
+fn per_thread(pid: i32, file: &str, parse: impl Fn(&str) -> u64) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|s| {
-            s.lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join(file)).ok())
+        .map(|s| parse(&s))
         .sum()
+}
+
+/// Context switches (voluntary and not) of all live threads of a process.
+fn switches(pid: i32) -> u64 {
+    per_thread(pid, "status", |s| {
+        s.lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    })
 }
 
 /// CPU time used so far by all threads of a process, in nanoseconds.
 fn cpu_ns(pid: i32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    per_thread(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// CPU time (user + system) this process has used, including threads that
