@@ -794,6 +794,7 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             breakers_open,
             compactions: t.compactions,
             contexts: t.contexts,
+            disk_syncs: c.disk_syncs,
         },
     })
 }

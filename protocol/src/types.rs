@@ -817,6 +817,10 @@ pub struct DaemonStats {
     pub breakers_open: u64,
     /// Live sessions' context budgets, fullest first (at most 10).
     pub contexts: Vec<SessionContext>,
+    /// `fdatasync`/`fsync` calls the store made since start (WAL group
+    /// commits and checkpoints); over the submits acknowledged meanwhile,
+    /// how many acknowledgements share one sync.
+    pub disk_syncs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

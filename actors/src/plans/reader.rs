@@ -111,6 +111,7 @@ pub struct PlanCounts {
     pub cancelled: u64,
     pub steps_running: u64,
     pub db_bytes: u64,
+    pub disk_syncs: u64,
 }
 
 impl PlanReader {
@@ -238,6 +239,7 @@ impl PlanReader {
             cancelled: c(PlanState::Cancelled)?,
             steps_running: self.steps_running.load(Ordering::Relaxed),
             db_bytes: self.store.size_on_disk(),
+            disk_syncs: self.store.disk_syncs(),
         })
     }
 }

@@ -44,6 +44,8 @@ pub trait PlanStore: Send + Sync + 'static {
     fn after_sync(&self, then: AfterSync);
     fn sync_blocking(&self) -> Result<(), StoreError>;
     fn size_on_disk(&self) -> u64;
+    /// Disk syncs the store has made since it opened.
+    fn disk_syncs(&self) -> u64;
 }
 
 pub struct SledPlanStore {
@@ -455,6 +457,10 @@ impl PlanStore for SledPlanStore {
 
     fn size_on_disk(&self) -> u64 {
         self.store.size_on_disk()
+    }
+
+    fn disk_syncs(&self) -> u64 {
+        self.store.disk_syncs()
     }
 }
 

@@ -2,11 +2,15 @@
 //!
 //! Writers ([`Log::append`]) frame their batch into an in-memory buffer and
 //! put its values in an overlay that reads consult first; they do not touch
-//! sled. One thread, `flyto-commit`, takes every continuation queued so far
-//! and then the whole buffer, writes it to the WAL with one `pwrite`, makes
-//! it durable with one `fdatasync`, runs the continuations in order, and
-//! only then applies the records to sled (plain inserts and removes, each
-//! tree's lsn key last) and drops them from the overlay.
+//! sled. A continuation ([`Log::after_sync`]) is queued in the same locked
+//! state, with the lsn of the last record appended before it. One thread,
+//! `flyto-commit`, takes the whole buffer, writes it to the WAL with one
+//! `pwrite`, makes it durable with one `fdatasync`, runs every queued
+//! continuation whose records that covered (also those queued while it
+//! synced, if they wait for nothing newer: a reply does not wait for a
+//! second sync or for sled), and only then applies the records to sled
+//! (plain inserts and removes, each tree's lsn key last) and drops them
+//! from the overlay.
 //!
 //! So sled never holds a write the WAL does not already hold durably (the
 //! write-ahead rule): whatever part of a group sled has after a crash,
@@ -25,13 +29,14 @@
 //! [`Log::mark_legacy`]; the next group then checkpoints instead of only
 //! syncing the WAL, which is what every sync cost before the WAL existed.
 //!
-//! Continuations that arrive while a group is being committed run right
-//! after it, before the apply, when what they wait for is already durable
-//! (see `Writer::answer_late`): a reply does not wait for sled.
-//!
 //! Within a group, a key written several times is written to sled once.
-//! After a group the thread polls for the next one for 50 µs before it
-//! sleeps (see [`POLL_AFTER_GROUP`]).
+//!
+//! The thread never spins: it sleeps on a condition variable, and writers
+//! wake it only when what it waits for is there (see [`Wake`]). After a
+//! group of several records (concurrent writers), it waits up to
+//! [`GATHER_MAX`] for as many records again before the next sync, so that
+//! a sync covers many acknowledgements (see [`Writer::gather`]); a lone
+//! writer's group (one record) is synced at once.
 //!
 //! A failed WAL write falls back to applying the group to sled and
 //! checkpointing. If that fails too, or applying to sled fails, the store
@@ -40,23 +45,20 @@
 
 use super::wal::{self, Batch, Frame, LSN_KEY, TERMINATOR, WAL_SIZE};
 use super::{AfterSync, StoreError};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 /// How often the commit thread checkpoints while there are new writes.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
-/// After a group, how long the commit thread polls for the next one
-/// (yielding the CPU between polls) before it sleeps. A client that waits
-/// for each acknowledgement sends its next write within a few tens of
-/// microseconds; catching it without a sleep and a wake-up saves about as
-/// much again on this path.
-const POLL_AFTER_GROUP: Duration = Duration::from_micros(50);
+/// The longest the commit thread holds a sync back to gather more records
+/// after a group of several (see [`Writer::gather`]).
+const GATHER_MAX: Duration = Duration::from_micros(500);
 
 /// A poisoned lock only means another thread panicked while holding it;
 /// the data it guards stays consistent (a record is appended in full or
@@ -73,11 +75,16 @@ type Overlay = HashMap<Vec<u8>, BTreeMap<Vec<u8>, (u64, Option<sled::IVec>)>>;
 pub(super) struct Log {
     dir: PathBuf,
     pending: Mutex<Pending>,
+    /// Where the commit thread sleeps; see [`Wake`] for who notifies it.
+    work: Condvar,
     overlay: Mutex<Overlay>,
     /// Entries in `overlay`; reads skip its lock when zero.
     overlay_len: AtomicUsize,
     /// Writes made on sled directly.
     legacy_written: AtomicU64,
+    /// `fdatasync` and `fsync` calls the commit thread has made (WAL
+    /// groups and checkpoints), for `stats`.
+    syncs: AtomicU64,
     failed: AtomicBool,
     failure: Mutex<Option<Arc<StoreError>>>,
     /// Held by a test to keep the commit thread from making anything
@@ -90,6 +97,40 @@ struct Pending {
     /// Framed records not yet taken by the commit thread.
     buf: Vec<u8>,
     next_lsn: u64,
+    /// Continuations, in the order they were queued (so in lsn order).
+    waiters: VecDeque<Waiter>,
+    /// `sync_blocking` callers: commit, checkpoint, then answer.
+    checkpoints: Vec<mpsc::Sender<Result<(), Arc<StoreError>>>>,
+    /// Every record below this lsn is durable.
+    durable: u64,
+    /// What the sleeping commit thread waits for.
+    wake: Wake,
+    /// The last `Store` is gone: commit what is queued, then stop.
+    stop: bool,
+}
+
+/// A continuation and what must be durable before it runs.
+struct Waiter {
+    /// Every record below this lsn.
+    lsn: u64,
+    /// Direct sled writes up to this count (a checkpoint).
+    legacy: u64,
+    then: AfterSync,
+}
+
+/// What a writer must notify the commit thread of. Writers notify at most
+/// once per sleep (they reset it to `Busy`), so a stream of writes costs
+/// the thread one wake-up, not one per write.
+#[derive(Clone, Copy, PartialEq)]
+enum Wake {
+    /// Not sleeping (or already notified): it looks at `Pending` when done.
+    Busy,
+    /// Sleeping until anything is queued.
+    Any,
+    /// Gathering: sleeping until a continuation waits for the records
+    /// below this lsn, or for nothing not yet durable (or a checkpoint is
+    /// asked for, or the deadline passes).
+    Lsn(u64),
 }
 
 impl Log {
@@ -99,10 +140,17 @@ impl Log {
             pending: Mutex::new(Pending {
                 buf: Vec::new(),
                 next_lsn,
+                waiters: VecDeque::new(),
+                checkpoints: Vec::new(),
+                durable: next_lsn,
+                wake: Wake::Busy,
+                stop: false,
             }),
+            work: Condvar::new(),
             overlay: Mutex::new(HashMap::new()),
             overlay_len: AtomicUsize::new(0),
             legacy_written: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             #[cfg(test)]
@@ -192,6 +240,61 @@ impl Log {
     pub(super) fn mark_legacy(&self) {
         self.legacy_written.fetch_add(1, Ordering::SeqCst);
     }
+
+    /// `fdatasync`/`fsync` calls made by the commit thread so far.
+    pub(super) fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Queues `then` to run once every write appended so far is durable.
+    pub(super) fn after_sync(&self, then: AfterSync) {
+        // Loaded before the lock: a direct sled write made after it is not
+        // this continuation's to wait for.
+        let legacy = self.legacy_written.load(Ordering::SeqCst);
+        let mut p = lock(&self.pending);
+        if p.stop {
+            drop(p);
+            return then(Err(Arc::new(StoreError::CommitterGone)));
+        }
+        let lsn = p.next_lsn;
+        p.waiters.push_back(Waiter { lsn, legacy, then });
+        let wake = match p.wake {
+            Wake::Busy => false,
+            Wake::Any => true,
+            Wake::Lsn(want) => lsn >= want || lsn <= p.durable,
+        };
+        if wake {
+            p.wake = Wake::Busy;
+            drop(p);
+            self.work.notify_one();
+        }
+    }
+
+    /// Asks for a commit and a checkpoint; the answer comes on the channel.
+    fn ask_checkpoint(&self, tx: mpsc::Sender<Result<(), Arc<StoreError>>>) {
+        let mut p = lock(&self.pending);
+        if p.stop {
+            let _ = tx.send(Err(Arc::new(StoreError::CommitterGone)));
+            return;
+        }
+        p.checkpoints.push(tx);
+        self.notify_busy(p);
+    }
+
+    fn stop(&self) {
+        let mut p = lock(&self.pending);
+        p.stop = true;
+        self.notify_busy(p);
+    }
+
+    /// Wakes the commit thread whatever it waits for.
+    fn notify_busy(&self, mut p: MutexGuard<'_, Pending>) {
+        if p.wake != Wake::Busy {
+            p.wake = Wake::Busy;
+            drop(p);
+            self.work.notify_one();
+        }
+    }
 }
 
 /// Flushes sled and syncs its files.
@@ -220,8 +323,9 @@ impl Checkpointer {
         })
     }
 
-    /// Makes everything applied to sled so far durable.
-    pub(super) fn run(&mut self) -> Result<(), StoreError> {
+    /// Makes everything applied to sled so far durable; returns how many
+    /// `fdatasync`/`fsync` calls that took.
+    pub(super) fn run(&mut self) -> Result<u64, StoreError> {
         let sync_err = |path: PathBuf| move |source| StoreError::Sync { path, source };
         self.db.flush().map_err(|source| StoreError::Sled {
             path: self.dir.clone(),
@@ -233,18 +337,20 @@ impl Checkpointer {
             .sync_data()
             .map_err(sync_err(self.dir.join("db")))?;
         let blobs = self.dir.join("blobs");
-        self.sync_blobs(&blobs).map_err(sync_err(blobs))
+        let synced = self.sync_blobs(&blobs).map_err(sync_err(blobs))?;
+        Ok(1 + synced)
     }
 
-    /// sled writes large values to `blobs/<n>` without syncing them.
-    fn sync_blobs(&mut self, dir: &Path) -> std::io::Result<()> {
+    /// sled writes large values to `blobs/<n>` without syncing them;
+    /// returns how many files (and directories) this synced.
+    fn sync_blobs(&mut self, dir: &Path) -> std::io::Result<u64> {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e),
         };
         let mut present = HashSet::new();
-        let mut new = false;
+        let mut synced = 0;
         for entry in entries {
             let entry = entry?;
             let Some(id) = entry
@@ -264,24 +370,19 @@ impl Checkpointer {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             }
-            new = true;
+            synced += 1;
         }
-        if new {
+        if synced > 0 {
             wal::sync_dir(dir)?;
+            synced += 1;
         }
         self.blobs_synced = present;
-        Ok(())
+        Ok(synced)
     }
 }
 
-enum Msg {
-    After(AfterSync),
-    /// Commit, then checkpoint, then answer.
-    Checkpoint(mpsc::Sender<Result<(), Arc<StoreError>>>),
-}
-
 pub(super) struct Committer {
-    tx: Option<mpsc::Sender<Msg>>,
+    log: Arc<Log>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -292,10 +393,9 @@ impl Committer {
         checkpointer: Checkpointer,
         checkpoint_every: Duration,
     ) -> Result<Committer, StoreError> {
-        let (tx, rx) = mpsc::channel::<Msg>();
         let writer = Writer {
             db: checkpointer.db.clone(),
-            log,
+            log: log.clone(),
             wal,
             pos: 0,
             spare: Vec::new(),
@@ -305,55 +405,42 @@ impl Committer {
             legacy_synced: 0,
             last_checkpoint: Instant::now(),
             checkpoint_every,
-            last_group: None,
-            carried: Vec::new(),
+            gather: None,
+            taken: lock(&log.pending).next_lsn,
         };
         let thread = std::thread::Builder::new()
             .name("flyto-commit".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || writer.run())
             .map_err(|source| StoreError::Sync {
                 path: PathBuf::from("flyto-commit thread"),
                 source,
             })?;
         Ok(Committer {
-            tx: Some(tx),
+            log,
             thread: Some(thread),
         })
     }
 
     pub(super) fn after_sync(&self, then: AfterSync) {
-        let gone = || Arc::new(StoreError::CommitterGone);
-        match &self.tx {
-            Some(tx) => {
-                if let Err(mpsc::SendError(Msg::After(then))) = tx.send(Msg::After(then)) {
-                    then(Err(gone()));
-                }
-            }
-            None => then(Err(gone())),
-        }
+        self.log.after_sync(then);
     }
 
     /// Commits and checkpoints, waiting for it. Must not be called from a
     /// continuation (it runs on the commit thread).
     pub(super) fn checkpoint(&self) -> Result<(), Arc<StoreError>> {
         let (tx, rx) = mpsc::channel();
-        let sent = self
-            .tx
-            .as_ref()
-            .is_some_and(|t| t.send(Msg::Checkpoint(tx)).is_ok());
-        if !sent {
-            return Err(Arc::new(StoreError::CommitterGone));
-        }
+        self.log.ask_checkpoint(tx);
         rx.recv()
             .unwrap_or_else(|_| Err(Arc::new(StoreError::CommitterGone)))
     }
 }
 
 impl Drop for Committer {
-    /// Stops the thread and waits for it, so that sled is closed (and its
-    /// file lock released) once the last `Store` is gone.
+    /// Stops the thread (once it has committed what is queued) and waits
+    /// for it, so that sled is closed (and its file lock released) once the
+    /// last `Store` is gone.
     fn drop(&mut self) {
-        self.tx = None;
+        self.log.stop();
         if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
         {
@@ -369,6 +456,22 @@ fn run_continuation(then: AfterSync, result: Result<(), Arc<StoreError>>) {
     if std::panic::catch_unwind(run).is_err() {
         tracing::error!("an after-sync continuation panicked");
     }
+}
+
+/// After a group of several records: sync the next one once it has as
+/// many, or at the deadline.
+struct Gather {
+    /// Wake once a continuation waits for the records below this lsn.
+    lsn: u64,
+    until: Instant,
+}
+
+/// What the commit thread took from [`Pending`] for one group.
+struct Group {
+    /// Every record below this lsn is in `Writer::spare`.
+    upto: u64,
+    checkpoints: Vec<mpsc::Sender<Result<(), Arc<StoreError>>>>,
+    stop: bool,
 }
 
 /// The commit thread's own state: only it writes the WAL and applies
@@ -388,42 +491,35 @@ struct Writer {
     legacy_synced: u64,
     last_checkpoint: Instant,
     checkpoint_every: Duration,
-    /// When the last group was done (`None` after an idle wait).
-    last_group: Option<Instant>,
-    /// Messages taken early that go with the next group.
-    carried: Vec<Msg>,
+    gather: Option<Gather>,
+    /// The lsn the next group starts at.
+    taken: u64,
 }
 
 impl Writer {
-    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+    fn run(mut self) {
         loop {
-            let wait = if self.due_in().is_some() {
-                self.checkpoint_every
-                    .saturating_sub(self.last_checkpoint.elapsed())
-                    .max(Duration::from_millis(1))
-            } else {
-                self.checkpoint_every
-            };
-            let mut group = std::mem::take(&mut self.carried);
-            if group.is_empty() {
-                let polled = self.poll(&rx);
-                match polled.map_or_else(|| rx.recv_timeout(wait), Ok) {
-                    Ok(first) => group.push(first),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        // Writes nobody waits for (the TTL sweep's) are made
-                        // durable and applied within a period too.
-                        if !lock(&self.log.pending).buf.is_empty() {
-                            self.group(Vec::new(), &rx);
-                        }
-                        self.last_group = None;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            let group = self.wait();
+            let records = group.upto - self.taken;
+            self.taken = group.upto;
+            let result = self.group(group.upto);
+            // Gather the next group only after one of several records: a
+            // lone writer (one record per sync) waits for nothing.
+            self.gather = (result.is_ok() && records >= 2).then(|| Gather {
+                lsn: group.upto + records,
+                until: Instant::now() + GATHER_MAX,
+            });
+            if !group.checkpoints.is_empty() {
+                let done = match self.log.failure() {
+                    Some(e) => Err(e),
+                    None => self.checkpoint().map_err(Arc::new),
+                };
+                for tx in group.checkpoints {
+                    let _ = tx.send(done.clone());
                 }
             }
-            if !group.is_empty() {
-                group.extend(rx.try_iter());
-                self.group(group, &rx);
-                self.last_group = Some(Instant::now());
+            if group.stop && lock(&self.log.pending).waiters.is_empty() {
+                return;
             }
             let due = self
                 .due_in()
@@ -437,18 +533,55 @@ impl Writer {
         }
     }
 
-    /// The next message if one comes within [`POLL_AFTER_GROUP`] of the
-    /// last group.
-    fn poll(&self, rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
-        let until = self.last_group? + POLL_AFTER_GROUP;
+    /// Sleeps until there is a group to commit, and takes it: the pending
+    /// records go to `spare`. A group is due when a continuation or a
+    /// checkpoint waits (unless gathering), or after a quiet period (writes
+    /// nobody waits for, such as the TTL sweep's, are made durable and
+    /// applied within a period too; a due checkpoint follows).
+    fn wait(&mut self) -> Group {
+        let mut p = lock(&self.log.pending);
         loop {
-            if let Ok(msg) = rx.try_recv() {
-                return Some(msg);
+            let now = Instant::now();
+            let until = if p.stop || !p.checkpoints.is_empty() {
+                break;
+            } else if let Some(oldest) = p.waiters.front() {
+                let runnable = oldest.lsn <= p.durable;
+                let newest = p.waiters.back().map_or(0, |w| w.lsn);
+                match &self.gather {
+                    Some(g) if !runnable && newest < g.lsn && now < g.until => {
+                        p.wake = Wake::Lsn(g.lsn);
+                        g.until
+                    }
+                    _ => break,
+                }
+            } else {
+                // Nobody waits: a gathering that found no one is over.
+                self.gather = None;
+                p.wake = Wake::Any;
+                now + match self.due_in() {
+                    Some(left) => left.max(Duration::from_millis(1)),
+                    None => self.checkpoint_every,
+                }
+            };
+            let (guard, timeout) = self
+                .log
+                .work
+                .wait_timeout(p, until.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner());
+            p = guard;
+            p.wake = Wake::Busy;
+            if timeout.timed_out() {
+                if p.waiters.is_empty() {
+                    break;
+                }
+                self.gather = None;
             }
-            if Instant::now() >= until {
-                return None;
-            }
-            std::thread::yield_now();
+        }
+        std::mem::swap(&mut p.buf, &mut self.spare);
+        Group {
+            upto: p.next_lsn,
+            checkpoints: std::mem::take(&mut p.checkpoints),
+            stop: p.stop,
         }
     }
 
@@ -466,22 +599,33 @@ impl Writer {
         })
     }
 
-    fn group(&mut self, group: Vec<Msg>, rx: &mpsc::Receiver<Msg>) {
+    /// Commits `spare` (the records below `upto`), runs every continuation
+    /// that waits for nothing newer, including those queued meanwhile (a
+    /// writer that appends and then queues two continuations, publish and
+    /// reply, gets both run after one commit), then applies the group to
+    /// sled.
+    fn group(&mut self, upto: u64) -> Result<(), Arc<StoreError>> {
         #[cfg(test)]
         drop(lock(&self.log.hold));
         let result = match self.log.failure() {
             Some(e) => Err(e),
             None => self.commit(),
         };
-        let mut waiters = Vec::new();
-        for msg in group {
-            match msg {
-                Msg::After(then) => run_continuation(then, result.clone()),
-                Msg::Checkpoint(tx) => waiters.push(tx),
+        let ready: Vec<Waiter> = {
+            let mut p = lock(&self.log.pending);
+            if result.is_ok() {
+                p.durable = upto;
             }
-        }
-        if result.is_ok() {
-            self.answer_late(rx);
+            // After an error the store has failed: everyone gets it.
+            let waits = |w: &Waiter| w.lsn > upto || w.legacy > self.legacy_synced;
+            let n = match &result {
+                Ok(()) => p.waiters.iter().position(waits).unwrap_or(p.waiters.len()),
+                Err(_) => p.waiters.len(),
+            };
+            p.waiters.drain(..n).collect()
+        };
+        for w in ready {
+            run_continuation(w.then, result.clone());
         }
         // Off the acknowledgement path: the overlay serves reads until sled
         // has the records. (After an error the store has failed: nothing
@@ -496,55 +640,13 @@ impl Writer {
         if self.spare.capacity() > 1 << 20 {
             self.spare = Vec::new();
         }
-        if !waiters.is_empty() {
-            let done = match self.log.failure() {
-                Some(e) => Err(e),
-                None => self.checkpoint().map_err(Arc::new),
-            };
-            for tx in waiters {
-                let _ = tx.send(done.clone());
-            }
-        }
-    }
-
-    /// Answers, before the group is applied to sled, the messages that
-    /// came while it was being committed, if what they wait for is durable
-    /// already: a writer that appends and then queues two continuations
-    /// (publish, reply) gets both run after one commit, not the second
-    /// after the apply. The others wait for the next group.
-    ///
-    /// A message is queued after its writer's append, so if the pending
-    /// buffer is empty once the message is received, that append was taken
-    /// by a commit that has succeeded (only this thread takes it).
-    fn answer_late(&mut self, rx: &mpsc::Receiver<Msg>) {
-        // Bounded, so a stream of continuations cannot hold up the apply.
-        for _ in 0..4 {
-            let late: Vec<Msg> = rx.try_iter().collect();
-            if late.is_empty() {
-                return;
-            }
-            let legacy = self.legacy_unsynced();
-            let durable =
-                !legacy && self.log.failure().is_none() && lock(&self.log.pending).buf.is_empty();
-            if !durable {
-                self.carried.extend(late);
-                return;
-            }
-            for msg in late {
-                match msg {
-                    Msg::After(then) => run_continuation(then, Ok(())),
-                    // It checkpoints after the apply: next group.
-                    msg @ Msg::Checkpoint(_) => self.carried.push(msg),
-                }
-            }
-        }
+        result
     }
 
     /// Makes every record appended so far durable. The records stay in
     /// `spare` to be applied to sled, unless this already did.
     fn commit(&mut self) -> Result<(), Arc<StoreError>> {
         let legacy = self.legacy_unsynced();
-        std::mem::swap(&mut lock(&self.log.pending).buf, &mut self.spare);
         let fits = self.pos + (self.spare.len() + TERMINATOR.len()) as u64 <= WAL_SIZE;
         if !legacy && fits {
             if self.spare.is_empty() {
@@ -552,10 +654,10 @@ impl Writer {
             }
             let len = self.spare.len();
             self.spare.extend_from_slice(&TERMINATOR);
-            let written = self
-                .wal
-                .write_all_at(&self.spare, self.pos)
-                .and_then(|()| self.wal.sync_data());
+            let written = self.wal.write_all_at(&self.spare, self.pos).and_then(|()| {
+                self.log.syncs.fetch_add(1, Ordering::Relaxed);
+                self.wal.sync_data()
+            });
             self.spare.truncate(len);
             match written {
                 Ok(()) => {
@@ -647,7 +749,8 @@ impl Writer {
     /// after writing it), so the checkpoint covers it all.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
         let legacy = self.log.legacy_written.load(Ordering::SeqCst);
-        self.checkpointer.run()?;
+        let syncs = self.checkpointer.run()?;
+        self.log.syncs.fetch_add(syncs, Ordering::Relaxed);
         tracing::debug!(wal_bytes = self.pos, "checkpoint");
         self.legacy_synced = legacy;
         self.dirty = false;

@@ -283,4 +283,11 @@ impl Store {
     pub fn size_on_disk(&self) -> u64 {
         self.inner.db.size_on_disk().unwrap_or(0)
     }
+
+    /// `fdatasync`/`fsync` calls the commit thread has made since open (WAL
+    /// groups and checkpoints): with acknowledgements counted alongside,
+    /// how well concurrent writers share syncs.
+    pub fn disk_syncs(&self) -> u64 {
+        self.inner.log.syncs()
+    }
 }

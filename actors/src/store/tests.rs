@@ -1,7 +1,7 @@
 //! Crash tests of the WAL: a crash is simulated by copying the files of a
 //! live store (sled not flushed since open) and opening the copy.
 
-use super::testutil::{crash_copy, open_no_checkpoint, record_offsets, wait_durable};
+use super::testutil::{crash_copy, hold_commits, open_no_checkpoint, record_offsets, wait_durable};
 use super::wal::{self, WAL_FILE, WAL_SIZE};
 use super::{Batch, Store, Tail};
 use std::path::Path;
@@ -290,6 +290,33 @@ fn concurrent_writers_share_syncs_and_all_survive() {
             assert_eq!(get(&store, "t", &format!("w{w}-{i}")), Some(b"v".to_vec()));
         }
     }
+}
+
+#[test]
+fn writes_queued_during_a_sync_share_the_next_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    let before = store.disk_syncs();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let held = hold_commits(&store);
+    // While the commit thread is held (as if in a slow fdatasync), 100
+    // writers each append and wait for their acknowledgement.
+    for i in 0..100 {
+        put(&store, "t", &format!("k{i}"), b"v");
+        let acked = acked.clone();
+        store.after_sync(Box::new(move |r| {
+            r.unwrap();
+            acked.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    drop(held);
+    wait_durable(&store);
+    assert_eq!(acked.load(Ordering::SeqCst), 100);
+    // The group the thread had taken when it was held, then all the rest.
+    let syncs = store.disk_syncs() - before;
+    assert!((1..=2).contains(&syncs), "{syncs} syncs for 100 writes");
 }
 
 #[test]

@@ -65,6 +65,11 @@ struct Cli {
     /// Concurrent clients for the many-clients submit case.
     #[arg(long, global = true, default_value_t = 32)]
     clients: usize,
+    /// submit: after the timed cases, run the many-clients case once more
+    /// under `strace -f -c -e trace=fdatasync,fsync` attached to flytod, to
+    /// check the daemon's own sync counter (that run's speed is not used).
+    #[arg(long, global = true)]
+    strace: bool,
     /// Terminal plans stored for the memory and start-up figures.
     #[arg(long, global = true, default_value_t = 100_000)]
     plans: usize,
@@ -144,11 +149,11 @@ fn main() -> std::process::ExitCode {
             .and_then(|()| compaction::run(&compaction_args(&cli))),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
-            plan_status_latency(&cli)
+            plan_status_latency(&cli).map(|f| print_figures(&f))
         }),
         Bench::Submit => check_binaries().and_then(|()| {
             machine();
-            submit_throughput(&cli)
+            submit_throughput(&cli).map(|f| print_figures(&f))
         }),
         Bench::StoredPlans => check_binaries().and_then(|()| {
             machine();
@@ -207,9 +212,10 @@ fn config(max_parallel_plans: usize) -> String {
 fn control_plane(cli: &Cli) -> anyhow::Result<()> {
     let total = Instant::now();
     machine();
-    plan_status_latency(cli)?;
-    submit_throughput(cli)?;
+    let mut figures = plan_status_latency(cli)?;
+    figures.extend(submit_throughput(cli)?);
     stored_plans(cli)?;
+    print_figures(&figures);
     println!(
         "control-plane done in {:.1}s",
         total.elapsed().as_secs_f64()
@@ -296,6 +302,41 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "ok" } else { "MISSED" }
 }
 
+/// The durable-ack figures (issue 10), each measured in this run: printed
+/// together at the end, one grep-able line each.
+fn print_figures(figures: &[String]) {
+    println!("\n== durable-ack figures (each measured in this run) ==");
+    for f in figures {
+        println!("{f}");
+    }
+}
+
+/// `name: value (baseline) ratio r (target <= t) ok|MISSED`.
+fn at_most(name: &str, value: f64, unit: &str, baseline: &str, target: f64) -> String {
+    format!(
+        "{name}: {value:.3}{unit}{baseline} (target <= {target}{unit}) {}",
+        verdict(value <= target)
+    )
+}
+
+/// utime + stime of a process (all its threads, exited ones included)
+/// from /proc/<pid>/stat, in nanoseconds (clock-tick resolution).
+fn stat_cpu_ns(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may
+    // hold spaces: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    f.iter().sum::<u64>() * 1_000_000_000 / hz
+}
+
 fn one_step(step: StepSpec) -> PlanSpec {
     PlanSpec {
         name: None,
@@ -345,6 +386,9 @@ struct Interleaved {
     echo_ns: Vec<u64>,
     daemon_cpu: u64,
     echo_cpu: u64,
+    /// Context switches (all threads) per call, times 100.
+    daemon_switches: u64,
+    echo_switches: u64,
 }
 
 /// Alternates rounds of `daemon` and `echo` calls, so that noise from the
@@ -358,19 +402,24 @@ fn interleaved(
     let chunk = 500.min(calls.max(1));
     let (mut daemon_ns, mut echo_ns) = (Vec::new(), Vec::new());
     let (mut daemon_cpu, mut echo_cpu) = (0u64, 0u64);
+    let (mut daemon_sw, mut echo_sw) = (0u64, 0u64);
     while daemon_ns.len() < calls.max(1) {
-        let before = cpu_ns(daemon_pid);
+        let (before, sw) = (cpu_ns(daemon_pid), switches(daemon_pid));
         daemon_ns.extend(time_calls(0, chunk, &mut daemon)?);
         daemon_cpu += cpu_ns(daemon_pid).saturating_sub(before);
-        let before = cpu_ns(echo_pid);
+        daemon_sw += switches(daemon_pid).saturating_sub(sw);
+        let (before, sw) = (cpu_ns(echo_pid), switches(echo_pid));
         echo_ns.extend(time_calls(0, chunk, &mut echo)?);
         echo_cpu += cpu_ns(echo_pid).saturating_sub(before);
+        echo_sw += switches(echo_pid).saturating_sub(sw);
     }
     daemon_ns.sort_unstable();
     echo_ns.sort_unstable();
     Ok(Interleaved {
         daemon_cpu: daemon_cpu / daemon_ns.len() as u64,
         echo_cpu: echo_cpu / echo_ns.len() as u64,
+        daemon_switches: daemon_sw * 100 / daemon_ns.len() as u64,
+        echo_switches: echo_sw * 100 / echo_ns.len() as u64,
         daemon_ns,
         echo_ns,
     })
@@ -403,16 +452,36 @@ fn set_affinity(pid: i32, set: &libc::cpu_set_t) -> bool {
     ok
 }
 
-/// CPU time used so far by all threads of a process, in nanoseconds.
-fn cpu_ns(pid: i32) -> u64 {
+/// Sums `parse` of `/proc/<pid>/task/<tid>/<file>` over the live threads.
+fn per_thread(pid: i32, file: &str, parse: impl Fn(&str) -> u64) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join(file)).ok())
+        .map(|s| parse(&s))
         .sum()
+}
+
+/// Context switches (voluntary and not) of all live threads of a process.
+fn switches(pid: i32) -> u64 {
+    per_thread(pid, "status", |s| {
+        s.lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    })
+}
+
+/// CPU time used so far by all threads of a process, in nanoseconds.
+fn cpu_ns(pid: i32) -> u64 {
+    per_thread(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// CPU time (user + system) this process has used, including threads that
@@ -548,7 +617,7 @@ fn echo_connection(mut s: UnixStream, reply_bytes: Option<usize>) -> std::io::Re
     }
 }
 
-fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
+fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
     println!(
         "\n== plan_status round trip ({} calls after {} warm-up, one connection) ==",
         cli.calls, cli.warmup
@@ -581,6 +650,17 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
     };
     let mut echo_call = || {
         echo.get_mut().write_all(&req_frame)?;
+        // Wait for input with poll(2) before reading, as the Client does
+        // (a blocked read(2) would be woken when the server reads).
+        if echo.buffer().is_empty() {
+            let mut fd = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(echo.get_ref()),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack for a socket we own.
+            unsafe { libc::poll(&mut fd, 1, -1) };
+        }
         let got = framing::read_frame_bytes(&mut echo)?.context("echo server closed")?;
         if got.len() + 4 != resp_frame.len() {
             bail!("echo answered {} bytes", got.len());
@@ -611,34 +691,63 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
         us(*m.echo_ns.last().unwrap_or(&0))
     );
     println!(
-        "plan_status server CPU per call: flytod {} (echo {})",
+        "plan_status server CPU per call: flytod {} (echo {}); context switches per call: flytod {:.2} (echo {:.2})",
         us(m.daemon_cpu),
-        us(m.echo_cpu)
+        us(m.echo_cpu),
+        m.daemon_switches as f64 / 100.0,
+        m.echo_switches as f64 / 100.0
     );
+    let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
+    let mut figures = vec![
+        at_most(
+            "plan_status p50 / echo p50",
+            d as f64 / e.max(1) as f64,
+            "x",
+            &format!(" ({} / {})", us(d), us(e)),
+            2.0,
+        ),
+        format!(
+            "plan_status server CPU per call: flytod {} (echo {}) ratio {:.2}",
+            us(m.daemon_cpu),
+            us(m.echo_cpu),
+            m.daemon_cpu as f64 / m.echo_cpu.max(1) as f64
+        ),
+    ];
     // On a small VM the figures above swing with where the scheduler puts
-    // the client and the server (same CPU or not, waking an idle vCPU);
-    // with everything on one CPU the comparison is steadier.
+    // the client and each server: waking a thread on another (idle) vCPU
+    // costs tens of microseconds here, on one CPU a few. Unpinned, whichever
+    // server lands across from the client loses. Pinned placements make
+    // the comparison steady: all on one CPU, and servers across from the
+    // client (each call then wakes the other vCPU twice, for both servers).
     let all = [std::process::id() as i32, servers.0, servers.1];
     let saved: Vec<_> = all.iter().map(|&p| affinity(p)).collect();
-    let mine = saved[0].as_ref();
-    // SAFETY: CPU_ISSET/CPU_SET read and write a plain-data cpu_set_t.
-    let cpu = mine.and_then(|set| {
-        (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, set) })
+    // SAFETY: CPU_ISSET reads a plain-data cpu_set_t.
+    let cpus: Vec<usize> = saved[0].as_ref().map_or_else(Vec::new, |set| {
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+            .collect()
     });
-    if let (Some(cpu), true) = (cpu, saved.iter().all(Option::is_some)) {
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(cpu, &mut one) };
-        let pinned = all.iter().all(|&p| set_affinity(p, &one));
-        let m = if pinned {
-            Some(interleaved(
-                cli.calls / 2,
-                servers,
-                &mut status_call,
-                &mut echo_call,
-            ))
-        } else {
-            None
-        };
+    let one = |cpu: usize| {
+        // SAFETY: CPU_SET writes a plain-data cpu_set_t.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        set
+    };
+    let mut placements = Vec::new();
+    if let Some(&first) = cpus.first() {
+        placements.push((first, first));
+    }
+    if let [first, second, ..] = cpus[..] {
+        placements.push((first, second));
+    }
+    for (client_cpu, server_cpu) in placements {
+        if !saved.iter().all(Option::is_some) {
+            break;
+        }
+        let pinned = set_affinity(all[0], &one(client_cpu))
+            && all[1..].iter().all(|&p| set_affinity(p, &one(server_cpu)));
+        let m =
+            pinned.then(|| interleaved(cli.calls / 2, servers, &mut status_call, &mut echo_call));
         for (&p, set) in all.iter().zip(&saved) {
             if let Some(set) = set {
                 set_affinity(p, set);
@@ -646,14 +755,32 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
         }
         if let Some(m) = m.transpose()? {
             let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
+            let place = if client_cpu == server_cpu {
+                format!("client and servers on CPU {client_cpu}")
+            } else {
+                format!("client on CPU {client_cpu}, servers on CPU {server_cpu}")
+            };
             println!(
-                "plan_status p50 with client and servers on CPU {cpu}: {} (echo {}) ratio {:.2}; server CPU per call: flytod {} (echo {})",
+                "plan_status p50 with {place}: {} (echo {}) ratio {:.2}; server CPU per call: flytod {} (echo {})",
                 us(d),
                 us(e),
                 d as f64 / e.max(1) as f64,
                 us(m.daemon_cpu),
                 us(m.echo_cpu)
             );
+            figures.push(at_most(
+                &format!("plan_status p50 / echo p50 with {place}"),
+                d as f64 / e.max(1) as f64,
+                "x",
+                &format!(
+                    " ({} / {}; server CPU per call flytod {}, echo {})",
+                    us(d),
+                    us(e),
+                    us(m.daemon_cpu),
+                    us(m.echo_cpu)
+                ),
+                2.0,
+            ));
         }
     }
     // Where the time goes: ping is answered by the connection task alone.
@@ -670,30 +797,37 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<()> {
     );
     drop(client);
     daemon.terminate();
-    Ok(())
+    Ok(figures)
 }
 
 // ---------------------------------------------------------------- 2. submit_plan
 
-fn fdatasync_rate(dir: &Path, secs: f64) -> anyhow::Result<(u64, f64)> {
+/// Appends and `fdatasync`s for `secs`: how many, per second, each call's
+/// latency (ns, unsorted) and the CPU this thread used (ns).
+fn fdatasync_rate(dir: &Path, secs: f64) -> anyhow::Result<(u64, f64, Vec<u64>, u64)> {
     let path = dir.join("fdatasync-baseline");
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)?;
     let record = [b'x'; 200];
+    let cpu = own_cpu_ns();
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let mut n = 0u64;
+    let mut lat = Vec::new();
     while Instant::now() < deadline {
         f.write_all(&record)?;
+        let t = Instant::now();
         f.sync_data()?;
+        lat.push(t.elapsed().as_nanos() as u64);
         n += 1;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = own_cpu_ns().saturating_sub(cpu);
     drop(f);
     std::fs::remove_file(&path)?;
-    Ok((n, n as f64 / elapsed))
+    Ok((n, n as f64 / elapsed, lat, cpu))
 }
 
 /// Acks completed by `clients` threads within `secs`; acks per second.
@@ -739,7 +873,47 @@ fn submit_rate(env: &TestEnv, clients: usize, secs: f64) -> anyhow::Result<(u64,
     Ok((n, n as f64 / secs, lat))
 }
 
-fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
+/// One submit case: what flytod did for its acks.
+struct SubmitCase {
+    clients: usize,
+    acks: u64,
+    rate: f64,
+    /// Sorted ack latencies, ns.
+    lat: Vec<u64>,
+    pending: u64,
+    /// flytod CPU, schedstat (ns resolution) and /proc/<pid>/stat.
+    cpu: u64,
+    stat_cpu: u64,
+    /// This process's CPU (the clients).
+    own: u64,
+    /// flytod's disk syncs (its counter, through `stats`).
+    syncs: u64,
+}
+
+fn submit_case(env: &TestEnv, pid: i32, clients: usize, secs: f64) -> anyhow::Result<SubmitCase> {
+    let before = stats(&mut env.client())?;
+    let (cpu, stat_cpu, own) = (cpu_ns(pid), stat_cpu_ns(pid), own_cpu_ns());
+    let (acks, rate, lat) = submit_rate(env, clients, secs)?;
+    let (cpu, stat_cpu, own) = (
+        cpu_ns(pid).saturating_sub(cpu),
+        stat_cpu_ns(pid).saturating_sub(stat_cpu),
+        own_cpu_ns().saturating_sub(own),
+    );
+    let after = stats(&mut env.client())?;
+    Ok(SubmitCase {
+        clients,
+        acks,
+        rate,
+        lat,
+        pending: before.plans_pending,
+        cpu,
+        stat_cpu,
+        own,
+        syncs: after.disk_syncs.saturating_sub(before.disk_syncs),
+    })
+}
+
+fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
     println!(
         "\n== submit_plan durable acks ({}s per case; plans stay pending behind `sleep 3600`) ==",
         cli.secs
@@ -749,56 +923,102 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
     println!("submit_plan state dir: {}", filesystem(disk));
     // The disk of a shared machine changes speed: half the baseline before
     // the cases, half after, and their mean.
-    let (syncs_before, rate_before) = fdatasync_rate(disk, cli.secs / 2.0)?;
+    let (syncs_before, rate_before, mut sync_lat, sync_cpu) = fdatasync_rate(disk, cli.secs / 2.0)?;
     let daemon = env.start();
     let blocker = env.submit(TestEnv::run_plan("sleep 3600"));
     env.wait_plan(&blocker, "running", |v| v.state == PlanState::Running);
 
     let mut cases = Vec::new();
     for clients in [1usize, cli.clients] {
-        let pending = stats(&mut env.client())?.plans_pending;
-        let cpu = cpu_ns(daemon.pid());
-        let own = own_cpu_ns();
-        let (n, rate, lat) = submit_rate(&env, clients, cli.secs)?;
-        let cpu = cpu_ns(daemon.pid()).saturating_sub(cpu);
-        let own = own_cpu_ns().saturating_sub(own);
-        cases.push((clients, n, rate, lat, pending, cpu, own));
+        cases.push(submit_case(&env, daemon.pid(), clients, cli.secs)?);
     }
-    let (syncs_after, rate_after) = fdatasync_rate(disk, cli.secs / 2.0)?;
+    let (syncs_after, rate_after, lat_after, cpu_after) = fdatasync_rate(disk, cli.secs / 2.0)?;
+    sync_lat.extend(lat_after);
+    // What one append + fdatasync costs the CPU on this machine (on a VM,
+    // mostly the kernel and the exits to the hypervisor).
+    let sync_cpu = (sync_cpu + cpu_after) / (syncs_before + syncs_after).max(1);
+    sync_lat.sort_unstable();
+    let sync_p50 = percentile(&sync_lat, 0.5);
     let sync_rate = (rate_before + rate_after) / 2.0;
     println!(
-        "fdatasync baseline: {sync_rate:.0}/s (before {rate_before:.0}/s, after {rate_after:.0}/s; {} x append 200 bytes + fdatasync, one thread, same filesystem)",
-        syncs_before + syncs_after
+        "fdatasync baseline: {sync_rate:.0}/s (before {rate_before:.0}/s, after {rate_after:.0}/s; {} x append 200 bytes + fdatasync, one thread, same filesystem); fdatasync p50 {} p90 {} p99 {}, CPU {} per append + fdatasync",
+        syncs_before + syncs_after,
+        us(sync_p50),
+        us(percentile(&sync_lat, 0.9)),
+        us(percentile(&sync_lat, 0.99)),
+        us(sync_cpu),
     );
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (clients, n, rate, lat, pending, cpu, own) in cases {
+    let mut figures = Vec::new();
+    for c in &cases {
+        let (clients, n) = (c.clients, c.acks.max(1));
         let target = if clients == 1 { 0.8 } else { 5.0 };
-        let ratio = rate / sync_rate.max(1e-9);
+        let ratio = c.rate / sync_rate.max(1e-9);
         let plural = if clients == 1 { "" } else { "s" };
         println!(
-            "submit_plan {clients} client{plural}: {rate:.0} acks/s (fdatasync {sync_rate:.0}/s) ratio {ratio:.2} (target >= {target}) {}",
+            "submit_plan {clients} client{plural}: {:.0} acks/s (fdatasync {sync_rate:.0}/s) ratio {ratio:.2} (target >= {target}) {}",
+            c.rate,
             verdict(ratio >= target)
         );
         println!(
-            "submit_plan {clients} client{plural} detail: latency p50 {} p90 {} p99 {} p99.9 {} mean {}, {n} acks, {pending} plans pending at the start, flytod CPU {} per ack",
-            us(percentile(&lat, 0.5)),
-            us(percentile(&lat, 0.9)),
-            us(percentile(&lat, 0.99)),
-            us(percentile(&lat, 0.999)),
-            us(lat.iter().sum::<u64>() / (lat.len().max(1) as u64)),
-            us(cpu / n.max(1)),
+            "submit_plan {clients} client{plural} detail: latency p50 {} p90 {} p99 {} p99.9 {} mean {}, {} acks, {} plans pending at the start, flytod CPU {} per ack, {} disk syncs ({:.3} per ack)",
+            us(percentile(&c.lat, 0.5)),
+            us(percentile(&c.lat, 0.9)),
+            us(percentile(&c.lat, 0.99)),
+            us(percentile(&c.lat, 0.999)),
+            us(c.lat.iter().sum::<u64>() / (c.lat.len().max(1) as u64)),
+            c.acks,
+            c.pending,
+            us(c.cpu / n),
+            c.syncs,
+            c.syncs as f64 / n as f64,
         );
         // What bounds the rate when the disk does not: every ack costs
         // CPU in flytod and in the clients, and there are only so many
         // CPUs.
-        let per_ack = (cpu + own) as f64 / n.max(1) as f64;
+        let per_ack = (c.cpu + c.own) as f64 / n as f64;
         println!(
             "submit_plan {clients} client{plural} CPU: flytod {} + clients {} = {} per ack; {cpus} CPUs allow at most {:.0} acks/s at that cost",
-            us(cpu / n.max(1)),
-            us(own / n.max(1)),
+            us(c.cpu / n),
+            us(c.own / n),
             us(per_ack as u64),
             cpus as f64 * 1e9 / per_ack.max(1.0),
         );
+        let stat_cpu_us = c.stat_cpu as f64 / n as f64 / 1000.0;
+        if clients == 1 {
+            let p50 = percentile(&c.lat, 0.5);
+            figures.push(at_most(
+                "1 client: ack latency p50 - fdatasync p50",
+                (p50 as f64 - sync_p50 as f64) / 1000.0,
+                "us",
+                &format!(" ({} - {})", us(p50), us(sync_p50)),
+                40.0,
+            ));
+            figures.push(format!(
+                "1 client: flytod CPU per ack {stat_cpu_us:.1}us (utime+stime; schedstat {}; one append + fdatasync alone costs {}); {} acks",
+                us(c.cpu / n),
+                us(sync_cpu),
+                c.acks
+            ));
+        } else {
+            figures.push(at_most(
+                &format!("group commit: disk syncs per ack with {clients} clients"),
+                c.syncs as f64 / n as f64,
+                "",
+                &format!(" ({} syncs / {} acks)", c.syncs, c.acks),
+                0.1,
+            ));
+            figures.push(at_most(
+                &format!("{clients} clients: flytod CPU per ack (utime+stime)"),
+                stat_cpu_us,
+                "us",
+                &format!(" (schedstat {}; {} acks)", us(c.cpu / n), c.acks),
+                20.0,
+            ));
+        }
+    }
+    if cli.strace {
+        figures.push(strace_check(&env, daemon.pid(), cli.clients, cli.secs)?);
     }
     let mut client = env.client();
     let s = stats(&mut client)?;
@@ -808,7 +1028,50 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<()> {
     );
     drop(client);
     daemon.terminate();
-    Ok(())
+    Ok(figures)
+}
+
+/// The many-clients case once more, with strace counting flytod's
+/// fdatasync and fsync calls, next to flytod's own counter.
+fn strace_check(env: &TestEnv, pid: i32, clients: usize, secs: f64) -> anyhow::Result<String> {
+    let out = env.tmp.path().join("strace.txt");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=fdatasync,fsync", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("run strace (apt-get install strace)")?;
+    // strace says "Process N attached" once it traces.
+    let mut line = String::new();
+    let stderr = strace.stderr.take().context("strace stderr")?;
+    let mut stderr = std::io::BufReader::new(stderr);
+    stderr.read_line(&mut line)?;
+    if !line.contains("attached") {
+        let _ = strace.kill();
+        bail!("strace did not attach to flytod: {line}");
+    }
+    // Let it attach to every thread, then drain its messages.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let case = submit_case(env, pid, clients, secs)?;
+    // SAFETY: kill only sends a signal to the strace child we started.
+    unsafe { libc::kill(strace.id() as i32, libc::SIGINT) };
+    strace.wait()?;
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let calls: u64 = text
+        .lines()
+        .filter(|l| l.trim_end().ends_with("fdatasync") || l.trim_end().ends_with("fsync"))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
+        .sum();
+    Ok(format!(
+        "strace check ({clients} clients, traced, {} acks): strace counted {calls} fdatasync+fsync calls by flytod, its counter {} ({:.3} per ack)\n{}",
+        case.acks,
+        case.syncs,
+        calls as f64 / case.acks.max(1) as f64,
+        text.trim_end()
+    ))
 }
 
 // ---------------------------------------------------------------- 3. stored plans
