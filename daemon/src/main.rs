@@ -293,11 +293,13 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     // Recovery runs inside the children's start, before we serve and report READY.
+    // Sessions before the scheduler: recovered agent steps start at once and
+    // need the session manager (which first repairs what a crash left).
     let (supervisor, supervisor_done) = Actor::spawn(
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![scheduler_spec, breaker_spec, sessions_spec],
+            children: vec![breaker_spec, sessions_spec, scheduler_spec],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },
