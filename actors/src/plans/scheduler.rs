@@ -106,7 +106,10 @@ struct ActivePlan {
     rec: PlanRecord,
     stored_state: PlanState,
     tx: Arc<watch::Sender<PlanView>>,
-    running: HashMap<String, oneshot::Sender<CancelReason>>,
+    /// Steps whose process or agent run has not ended yet. The sender is
+    /// taken when the step is told to stop; the entry stays until the step
+    /// has finished, so a drain or a cancel waits for it.
+    running: HashMap<String, Option<oneshot::Sender<CancelReason>>>,
     cancelling: bool,
     cancel_waiters: Vec<RpcReplyPort<Result<Cancelled, Reject>>>,
     /// Runs in a child slot, beyond `max_parallel_plans` (see `pump`).
@@ -221,7 +224,7 @@ impl Actor for SchedulerActor {
             }
             SchedulerMsg::DrainDeadline => {
                 for ap in state.active.values_mut() {
-                    for (_, cancel) in ap.running.drain() {
+                    for cancel in ap.running.values_mut().filter_map(Option::take) {
                         let _ = cancel.send(CancelReason::Shutdown);
                     }
                 }
@@ -794,7 +797,7 @@ impl SchedulerState {
             confined: ap.rec.depth >= 1,
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
-        ap.running.insert(step_id.clone(), cancel_tx);
+        ap.running.insert(step_id.clone(), Some(cancel_tx));
         let me = myself.clone();
         let runtime = tokio::runtime::Handle::current();
         Some(Box::new(move |synced| {
@@ -955,7 +958,7 @@ impl SchedulerState {
             s.finished_ms = Some(now);
             s.error = Some("cancelled by user before it started".into());
         }
-        for (_, cancel) in ap.running.drain() {
+        for cancel in ap.running.values_mut().filter_map(Option::take) {
             let _ = cancel.send(CancelReason::User);
         }
         // The plan is answered when its last step has stopped.
