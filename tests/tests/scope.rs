@@ -133,3 +133,44 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
     assert!(content.contains("FLYTO_PLAN_SOCK"), "{content}");
     assert!(!content.contains(&id), "the session list leaked: {content}");
 }
+
+/// A nested step cannot hop to another plan socket (they are all in one
+/// directory): its parent's would submit one level less deep, so the depth
+/// cap would never bind, and another chain's would show that chain.
+#[test]
+fn a_nested_step_is_served_only_on_its_own_plan_socket() {
+    let env = TestEnv::new(CONFIG);
+    let _daemon = env.start();
+    let ctl = bin("flytoctl").display().to_string();
+    // Another chain with a running step, so its plan socket exists.
+    let other = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&other, "the other plan to run", |p| {
+        p.state == PlanState::Running
+    });
+    let hop = format!(
+        "for s in $(dirname $FLYTO_PLAN_SOCK)/plan-*.sock; do \
+           [ $s = $FLYTO_PLAN_SOCK ] && continue; \
+           FLYTO_PLAN_SOCK=$s {ctl} submit_plan --run \"echo hopped\"; echo hop=$?; \
+         done; {ctl} plan_list >/dev/null; echo own=$?"
+    );
+    let top = env.submit(TestEnv::run_plan(&format!(
+        "{ctl} submit_plan --run '{hop}' --wait"
+    )));
+    let view = env.wait_plan(&top, "finished", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Succeeded, "{view:?}");
+    let out = &view.steps[0].stdout_tail;
+    // The parent's socket and the other chain's: both refused.
+    assert_eq!(out.matches("hop=4").count(), 2, "{view:?}");
+    assert!(out.contains("own=0"), "{view:?}");
+    assert!(
+        view.steps[0].stderr_tail.contains("not this one"),
+        "{view:?}"
+    );
+    assert!(
+        plans(&env)
+            .iter()
+            .all(|p| !env.status(&p.id).steps[0].stdout_tail.contains("hopped")),
+        "a plan was submitted through a foreign plan socket"
+    );
+    env.ctl(&["plan_cancel", &other]);
+}
