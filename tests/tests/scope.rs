@@ -109,9 +109,12 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
         done, new_session, request_tool_result, send, setup, workdir,
     };
     let ctl = bin("flytoctl").display().to_string();
+    // And another chain's plan socket (a running plan's, below).
     let command = format!(
         "env -u FLYTO_PLAN_SOCK {ctl} session_list; echo unset=$?; \
-         {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?"
+         {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?; \
+         for s in $(dirname $FLYTO_PLAN_SOCK)/plan-p*.sock; do \
+           FLYTO_PLAN_SOCK=$s {ctl} plan_list; echo other=$?; done"
     );
     let (fake, env, _daemon) = setup(vec![
         Reply::tool_call(
@@ -121,6 +124,10 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
         ),
         Reply::text("refused, as it should be"),
     ]);
+    let other = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&other, "the other plan to run", |p| {
+        p.state == PlanState::Running
+    });
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let events = send(&env, &id, "list every session");
@@ -129,9 +136,20 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
     assert!(content.contains("unset=4"), "{content}");
     assert!(content.contains("socket=4"), "{content}");
     // Both refused by flytod (not by a missing socket).
-    assert_eq!(content.matches("PermissionDenied").count(), 2, "{content}");
+    assert_eq!(content.matches("PermissionDenied").count(), 3, "{content}");
     assert!(content.contains("FLYTO_PLAN_SOCK"), "{content}");
-    assert!(!content.contains(&id), "the session list leaked: {content}");
+    // (Only the other socket's refusal names this session's own socket.)
+    let (mains, _) = content
+        .split_once("socket=4")
+        .expect("both main-socket tries");
+    assert!(!mains.contains(&id), "the session list leaked: {content}");
+    assert!(content.contains("other=4"), "{content}");
+    // plan_list would have shown the other plan running.
+    assert!(
+        !content.contains("running"),
+        "the other chain leaked: {content}"
+    );
+    env.ctl(&["plan_cancel", &other]);
 }
 
 /// A nested step cannot hop to another plan socket (they are all in one
