@@ -297,7 +297,9 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![scheduler_spec, breaker_spec, sessions_spec],
+            // In dependency order: the scheduler's recovery resumes agent
+            // steps at once, and they need the session manager registered.
+            children: vec![breaker_spec, sessions_spec, scheduler_spec],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },
