@@ -19,7 +19,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ResetArgs {
-    /// Project id (16 hex characters, as `breaker_status` shows it)
+    /// Project id (16 hex characters, as `breaker_status` shows it, or an
+    /// unambiguous start of it), or the project's directory (`.` works)
     /// [default: every open breaker]
     pub project: Option<String>,
 }
@@ -46,9 +47,16 @@ pub fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8> {
 }
 
 pub fn reset(ctx: &Ctx, args: ResetArgs) -> Result<u8> {
-    let req = Request::BreakerReset {
-        project: args.project,
-    };
+    // flytod knows a project by its absolute, canonical workdir; an id
+    // never holds `/` or `.`.
+    let project = args.project.map(|p| {
+        let is_path = p.contains('/') || p.starts_with('.');
+        match std::fs::canonicalize(&p) {
+            Ok(dir) if is_path => dir.display().to_string(),
+            _ => p,
+        }
+    });
+    let req = Request::BreakerReset { project };
     let projects = match ctx.request(&req)? {
         Response::BreakersReset { projects } => projects,
         other => return Err(unexpected("breaker_reset", &other)),

@@ -121,9 +121,9 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
         .map(|s| step_output(s, s.log_path.as_deref().and_then(logfile::len)))
         .collect();
     let out = join_tails(outputs.iter().map(|o| o.stdout.as_str()));
-    output::stdout(&for_tty(&out, std::io::stdout().is_terminal()))?;
+    output::stdout(&for_terminal(&out, std::io::stdout().is_terminal()))?;
     let err = join_tails(outputs.iter().map(|o| o.stderr.as_str()));
-    output::stderr(&for_tty(&err, std::io::stderr().is_terminal()))?;
+    output::stderr(&for_terminal(&err, std::io::stderr().is_terminal()))?;
     for (step, o) in plan.steps.iter().zip(&outputs) {
         if let Some(bytes) = o.cut_from {
             output::note(&format!(
@@ -137,6 +137,17 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
     }
     report_outcome(&plan);
     Ok(exit::plan_outcome(plan.state))
+}
+
+/// The output as a terminal should show it: sanitised, and ended by a
+/// newline (an agent step's text has none, and the notes or the shell's
+/// prompt would follow on its line). A pipe gets the bytes as they were.
+fn for_terminal(text: &str, tty: bool) -> String {
+    let mut shown = for_tty(text, tty).into_owned();
+    if tty && !shown.is_empty() && !shown.ends_with('\n') {
+        shown.push('\n');
+    }
+    shown
 }
 
 /// Whole output up to this size is printed from the log when the tails
@@ -232,6 +243,20 @@ pub fn report_outcome(plan: &PlanView) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_gets_whole_lines_and_a_pipe_the_bytes() {
+        assert_eq!(
+            for_terminal("the agent's answer", true),
+            "the agent's answer\n"
+        );
+        assert_eq!(for_terminal("done\n", true), "done\n");
+        assert_eq!(for_terminal("", true), "");
+        assert_eq!(
+            for_terminal("the agent's answer", false),
+            "the agent's answer"
+        );
+    }
 
     #[test]
     fn tails_are_replayed_exactly() {

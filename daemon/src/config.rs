@@ -164,8 +164,15 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Loaded> {
 }
 
 pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
-    let config: Config = toml::from_str(text)
+    let mut config: Config = toml::from_str(text)
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    // `~` as in plan files (a shell would expand it; TOML does not).
+    if let Some(dir) = &config.plans.default_workdir
+        && let Some(home) = std::env::var_os("HOME")
+        && let Ok(rest) = dir.strip_prefix("~")
+    {
+        config.plans.default_workdir = Some(PathBuf::from(home).join(rest));
+    }
     // 0 would mean "never" (no plan or step starts, no model call is
     // made), which nobody wants: refuse it instead of quietly using 1.
     let (p, s) = (&config.plans, &config.sessions);
@@ -299,6 +306,24 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_workdir_expands_a_leading_tilde() {
+        let home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+        let at = |v: &str| {
+            parse(
+                &format!("[plans]\ndefault_workdir = {v:?}\n"),
+                Path::new("c.toml"),
+            )
+            .expect("valid")
+            .plans
+            .default_workdir
+            .expect("set")
+        };
+        assert_eq!(at("~/src"), home.join("src"));
+        assert!(at("~").starts_with(&home));
+        assert_eq!(at("/srv/~x"), PathBuf::from("/srv/~x"));
+    }
 
     #[test]
     fn unknown_key_names_file_line_and_key() {

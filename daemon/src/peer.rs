@@ -16,14 +16,15 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 /// Where a peer comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Origin {
     /// Not a descendant of flytod: the user's own process.
     Outside,
     /// A descendant of a step of a plan the user submitted (depth 0).
     UserStep,
-    /// A descendant of an agent's tool or of a nested plan's step.
-    Confined,
+    /// A descendant of an agent's tool or of a nested plan's step, with
+    /// the plan socket it was given.
+    Confined(Option<std::sync::Arc<str>>),
     /// An orphan flytod adopted that left the session and group it was
     /// started in.
     Detached,
@@ -41,21 +42,54 @@ const OUTSIDE_MAX: usize = 1024;
 /// Ancestry deeper than this is not walked further (and refused).
 const MAX_ANCESTRY: usize = 4096;
 
-/// `Some(message)` when the main control socket must refuse the peer.
-pub fn refusal(pid: Option<i32>) -> Option<String> {
-    // No pid (or 0: a process in a pid namespace we cannot see, so not
-    // one of ours) means nothing flytod spawned.
-    let pid = pid.filter(|p| *p > 0)?;
-    let origin = (0..3)
+fn origin(pid: i32) -> Origin {
+    (0..3)
         .map(|_| classify(pid))
         // An ancestor that exits mid-walk hands its children to a reaper:
         // walk again from the peer.
         .find(|o| o.is_some())
         .flatten()
-        .unwrap_or(Origin::Gone);
+        .unwrap_or(Origin::Gone)
+}
+
+/// `Some(message)` when the scoped plan socket at `socket` must refuse the
+/// peer: a confined process may use only the plan socket it was given, or
+/// it could leave its chain (another chain's socket) or the depth cap (an
+/// ancestor's socket submits less deep). The user's own processes may use
+/// any: they have the main socket anyway.
+pub fn scoped_refusal(pid: Option<i32>, socket: &str) -> Option<String> {
+    let pid = pid.filter(|p| *p > 0)?;
+    let origin = origin(pid);
+    let why = match &origin {
+        Origin::Outside | Origin::UserStep => return None,
+        Origin::Confined(given) if given.as_deref() == Some(socket) => return None,
+        Origin::Confined(given) => format!(
+            "it comes from a process whose plan socket is {}, not this one",
+            given.as_deref().unwrap_or("the control socket")
+        ),
+        Origin::Detached => "it comes from a process that detached itself (setsid) from a step or an agent's tool and outlived it, and flytod cannot tell whose it is".to_string(),
+        Origin::Gone => "the connecting process exited before flytod could check it".to_string(),
+    };
+    tracing::warn!(
+        peer_pid = pid,
+        ?origin,
+        socket,
+        "refused a connection on a plan socket"
+    );
+    Some(format!(
+        "flytod does not serve this connection on the plan socket {socket}: {why}. Use the socket in FLYTO_PLAN_SOCK as flytod set it; it serves plan requests for this process's own chain"
+    ))
+}
+
+/// `Some(message)` when the main control socket must refuse the peer.
+pub fn refusal(pid: Option<i32>) -> Option<String> {
+    // No pid (or 0: a process in a pid namespace we cannot see, so not
+    // one of ours) means nothing flytod spawned.
+    let pid = pid.filter(|p| *p > 0)?;
+    let origin = origin(pid);
     let why = match origin {
         Origin::Outside | Origin::UserStep => return None,
-        Origin::Confined => {
+        Origin::Confined(_) => {
             "it comes from a process started by an agent's tool or by a step of a nested plan, which may reach flytod only through its own plan socket"
         }
         Origin::Detached => {
@@ -106,7 +140,7 @@ fn classify(pid: i32) -> Option<Origin> {
 fn attribute(pid: i32, st: &ProcStat, spawns: &SpawnTable) -> Origin {
     if let Some(spawn) = process::live_spawn(spawns, pid) {
         return if spawn.confined {
-            Origin::Confined
+            Origin::Confined(spawn.plan_sock)
         } else {
             Origin::UserStep
         };
@@ -117,8 +151,8 @@ fn attribute(pid: i32, st: &ProcStat, spawns: &SpawnTable) -> Origin {
         .into_iter()
         .filter_map(|id| process::live_spawn(spawns, id))
         .collect();
-    if leaders.iter().any(|s| s.confined) {
-        Origin::Confined
+    if let Some(spawn) = leaders.iter().find(|s| s.confined) {
+        Origin::Confined(spawn.plan_sock.clone())
     } else if leaders.is_empty() {
         Origin::Detached
     } else {

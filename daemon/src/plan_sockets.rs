@@ -67,6 +67,7 @@ impl PlanSockets for DaemonPlanSockets {
             owner: owner.to_string(),
             chain: chain.to_string(),
             depth,
+            socket: path.display().to_string(),
         });
         let task = self
             .runtime

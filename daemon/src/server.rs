@@ -42,6 +42,8 @@ pub struct Scope {
     pub owner: String,
     pub chain: String,
     pub depth: u32,
+    /// The socket's path, as given in `FLYTO_PLAN_SOCK`.
+    pub socket: String,
 }
 
 impl Scope {
@@ -181,6 +183,12 @@ async fn connection(
     // Only the main socket: a scoped one is where confined processes belong.
     if sink.scope.is_none()
         && let Some(message) = crate::peer::refusal(peer.and_then(|c| c.pid()))
+    {
+        return sink.error(ErrorCode::PermissionDenied, message).await;
+    }
+    if let Some(scope) = &sink.scope
+        && let Some(message) =
+            crate::peer::scoped_refusal(peer.and_then(|c| c.pid()), &scope.socket)
     {
         return sink.error(ErrorCode::PermissionDenied, message).await;
     }

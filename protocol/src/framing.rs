@@ -113,11 +113,12 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, FrameError> {
 }
 
 /// Whether a connection whose first byte is `first` speaks JSON lines: an
-/// object's `{`, or the whitespace a script may send before it. No binary
-/// frame starts so: its first byte is the top byte of a length of at most
-/// [`MAX_FRAME`] (0 or 1).
+/// object's `{`, the whitespace a script may send before it, or any other
+/// text (`ping`, `[1]`), so that a person typing at socat gets a JSON error
+/// rather than a binary frame. No binary frame starts so: its first byte is
+/// the top byte of a length of at most [`MAX_FRAME`] (0 or 1).
 pub fn starts_json_line(first: u8) -> bool {
-    first == b'{' || first.is_ascii_whitespace()
+    first.is_ascii_graphic() || first.is_ascii_whitespace()
 }
 
 /// One JSON line (with the trailing newline).

@@ -160,15 +160,20 @@ fn garbage_bytes_get_a_clear_error() {
     error(response(&mut s), ErrorCode::TooLarge);
     assert_closed(&mut s);
 
-    // Something that is not flyto at all.
-    let mut s = raw(&env);
-    s.write_all(b"GET / HTTP/1.1\r\nHost: flyto\r\n\r\n")
+    // Something that is not flyto at all: text, so a JSON error line.
+    let s = raw(&env);
+    let mut w = s.try_clone().expect("clone");
+    w.write_all(b"GET / HTTP/1.1\r\nHost: flyto\r\n\r\n")
         .expect("http");
-    match response(&mut s) {
-        Response::Error { message, .. } => assert!(!message.is_empty()),
-        other => panic!("expected an error, got {other:?}"),
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut answer).expect("read");
+    match serde_json::from_str::<Response>(&answer) {
+        Ok(Response::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::BadRequest);
+            assert!(message.contains("malformed JSON request"), "{message}");
+        }
+        other => panic!("expected an error, got {other:?} from {answer:?}"),
     }
-    assert_closed(&mut s);
 
     // A small frame of junk before any Hello.
     let mut s = raw(&env);
@@ -728,6 +733,25 @@ fn json_mode_tolerates_leading_whitespace_and_answers_bad_lines_in_json() {
     match serde_json::from_str::<Response>(&answer).expect("a JSON response") {
         Response::Plan { plan } => assert_eq!(plan.id, id),
         other => panic!("unexpected {other:?}"),
+    }
+    // A line that does not even start like JSON (typed at socat) is
+    // answered in JSON too, never with a binary frame.
+    for line in ["ping\n", "[1]\n", "\"ping\"\n"] {
+        let s = raw(&env);
+        let mut w = s.try_clone().expect("clone");
+        let mut r = BufReader::new(s);
+        w.write_all(line.as_bytes()).expect("write");
+        w.write_all(b"{\"ping\":{}}\n").expect("write");
+        let mut answer = String::new();
+        r.read_line(&mut answer).expect("read");
+        let value: serde_json::Value =
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{line:?}: {e}: {answer:?}"));
+        assert_eq!(value["error"]["code"], "BadRequest", "{line:?}: {answer}");
+        answer.clear();
+        r.read_line(&mut answer).expect("read");
+        let resp: Response =
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{line:?}: {e}: {answer:?}"));
+        assert!(matches!(resp, Response::Pong { .. }), "{resp:?}");
     }
     assert_serving(&env, &id);
 }

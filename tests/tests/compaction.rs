@@ -430,9 +430,23 @@ fn rate_limits_do_not_open_the_breaker_and_a_summary_that_does_not_shrink_counts
     // The window was left as it was.
     let (view, _) = history(&s.env, &s.id);
     assert!(!view.context.has_summary);
-    // An unambiguous prefix of the id names the project.
-    let out = s.env.ctl(&["breaker_reset", &status[0].project[..6]]);
-    assert_eq!(out.code, 0, "{out:?}");
+    // A prefix of an id that no breaker has is refused; the project's
+    // directory, named relative to where the user is, resets it.
+    let out = s.env.ctl(&["breaker_reset", "ffffffff"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("NotFound"), "{out:?}");
+    let out = s
+        .env
+        .command(&flyto_tests::bin("flytoctl"))
+        .args(["breaker_reset", "."])
+        .current_dir(&status[0].workdir)
+        .output()
+        .expect("flytoctl");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("closed the compaction breaker of {}\n", status[0].project)
+    );
     assert!(breaker_status(&s.env).is_empty());
 }
 

@@ -414,6 +414,14 @@ fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
         error.starts_with("interrupted: flytod shut down, will run again"),
         "{view:?}"
     );
+    // The interrupted attempt's own duration (at least the 1 s grace), as
+    // the running attempt's replaces it in the table.
+    let ran: f64 = error
+        .split_once(" ran ")
+        .and_then(|(_, r)| r.split_once('s'))
+        .and_then(|(secs, _)| secs.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {error:?}"));
+    assert!(ran >= 1.0, "{error}");
     std::fs::write(&go, "").expect("go");
     let view = env.wait_plan(&again, "succeeded", |p| p.state == PlanState::Succeeded);
     assert_eq!(view.steps[0].error, None);

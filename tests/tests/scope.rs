@@ -109,9 +109,12 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
         done, new_session, request_tool_result, send, setup, workdir,
     };
     let ctl = bin("flytoctl").display().to_string();
+    // And another chain's plan socket (a running plan's, below).
     let command = format!(
         "env -u FLYTO_PLAN_SOCK {ctl} session_list; echo unset=$?; \
-         {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?"
+         {ctl} --socket \"$FLYTO_SOCK\" session_list; echo socket=$?; \
+         for s in $(dirname $FLYTO_PLAN_SOCK)/plan-p*.sock; do \
+           FLYTO_PLAN_SOCK=$s {ctl} plan_list; echo other=$?; done"
     );
     let (fake, env, _daemon) = setup(vec![
         Reply::tool_call(
@@ -121,6 +124,10 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
         ),
         Reply::text("refused, as it should be"),
     ]);
+    let other = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&other, "the other plan to run", |p| {
+        p.state == PlanState::Running
+    });
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let events = send(&env, &id, "list every session");
@@ -129,7 +136,59 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
     assert!(content.contains("unset=4"), "{content}");
     assert!(content.contains("socket=4"), "{content}");
     // Both refused by flytod (not by a missing socket).
-    assert_eq!(content.matches("PermissionDenied").count(), 2, "{content}");
+    assert_eq!(content.matches("PermissionDenied").count(), 3, "{content}");
     assert!(content.contains("FLYTO_PLAN_SOCK"), "{content}");
-    assert!(!content.contains(&id), "the session list leaked: {content}");
+    // (Only the other socket's refusal names this session's own socket.)
+    let (mains, _) = content
+        .split_once("socket=4")
+        .expect("both main-socket tries");
+    assert!(!mains.contains(&id), "the session list leaked: {content}");
+    assert!(content.contains("other=4"), "{content}");
+    // plan_list would have shown the other plan running.
+    assert!(
+        !content.contains("running"),
+        "the other chain leaked: {content}"
+    );
+    env.ctl(&["plan_cancel", &other]);
+}
+
+/// A nested step cannot hop to another plan socket (they are all in one
+/// directory): its parent's would submit one level less deep, so the depth
+/// cap would never bind, and another chain's would show that chain.
+#[test]
+fn a_nested_step_is_served_only_on_its_own_plan_socket() {
+    let env = TestEnv::new(CONFIG);
+    let _daemon = env.start();
+    let ctl = bin("flytoctl").display().to_string();
+    // Another chain with a running step, so its plan socket exists.
+    let other = env.submit(TestEnv::run_plan("sleep 300"));
+    env.wait_plan(&other, "the other plan to run", |p| {
+        p.state == PlanState::Running
+    });
+    let hop = format!(
+        "for s in $(dirname $FLYTO_PLAN_SOCK)/plan-*.sock; do \
+           [ $s = $FLYTO_PLAN_SOCK ] && continue; \
+           FLYTO_PLAN_SOCK=$s {ctl} submit_plan --run \"echo hopped\"; echo hop=$?; \
+         done; {ctl} plan_list >/dev/null; echo own=$?"
+    );
+    let top = env.submit(TestEnv::run_plan(&format!(
+        "{ctl} submit_plan --run '{hop}' --wait"
+    )));
+    let view = env.wait_plan(&top, "finished", |p| p.state.is_terminal());
+    assert_eq!(view.state, PlanState::Succeeded, "{view:?}");
+    let out = &view.steps[0].stdout_tail;
+    // The parent's socket and the other chain's: both refused.
+    assert_eq!(out.matches("hop=4").count(), 2, "{view:?}");
+    assert!(out.contains("own=0"), "{view:?}");
+    assert!(
+        view.steps[0].stderr_tail.contains("not this one"),
+        "{view:?}"
+    );
+    assert!(
+        plans(&env)
+            .iter()
+            .all(|p| !env.status(&p.id).steps[0].stdout_tail.contains("hopped")),
+        "a plan was submitted through a foreign plan socket"
+    );
+    env.ctl(&["plan_cancel", &other]);
 }

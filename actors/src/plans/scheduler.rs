@@ -885,8 +885,10 @@ impl SchedulerState {
                 StepState::Pending,
                 None,
                 Some(format!(
-                    "interrupted: flytod shut down, will run again (attempt {} of {} was stopped after the shutdown grace)",
-                    step.attempts, step.max_attempts
+                    "interrupted: flytod shut down, will run again (attempt {} of {} ran {:.1}s and was stopped after the shutdown grace)",
+                    step.attempts,
+                    step.max_attempts,
+                    now.saturating_sub(step.started_ms.unwrap_or(now)) as f64 / 1000.0
                 )),
             ),
             Exit::Cancelled(CancelReason::Shutdown) => (

@@ -57,7 +57,7 @@ pub fn make_files_private() {
 
 /// One process flytod started: the leader of its own session and process
 /// group (pid = pgid = sid), recorded while its leader has not been reaped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spawn {
     /// The leader's start time (clock ticks after boot), so a reused pid
     /// never matches.
@@ -66,6 +66,10 @@ pub struct Spawn {
     /// it and its descendants may reach flytod only through their scoped
     /// plan socket.
     pub confined: bool,
+    /// The `FLYTO_PLAN_SOCK` flytod gave it: the one scoped socket that
+    /// serves it and its descendants (another chain's, or an ancestor's
+    /// that submits less deep, must not).
+    pub plan_sock: Option<std::sync::Arc<str>>,
 }
 
 /// Leader pid -> spawn.
@@ -84,7 +88,7 @@ pub fn spawns() -> std::sync::MutexGuard<'static, SpawnTable> {
 /// `spawns[pid]`, if that pid is still the process recorded (alive or a
 /// zombie not yet reaped).
 pub fn live_spawn(spawns: &SpawnTable, pid: i32) -> Option<Spawn> {
-    let spawn = *spawns.get(&pid)?;
+    let spawn = spawns.get(&pid)?.clone();
     (proc_stat(pid)?.start_time == spawn.start_time).then_some(spawn)
 }
 
@@ -303,6 +307,11 @@ pub async fn run(
                     Spawn {
                         start_time,
                         confined: spec.confined,
+                        plan_sock: spec
+                            .env
+                            .iter()
+                            .find(|(k, _)| k == "FLYTO_PLAN_SOCK")
+                            .map(|(_, v)| v.as_str().into()),
                     },
                 );
                 Some(SpawnEntry { pid, start_time })
