@@ -459,3 +459,38 @@ fn chat_on_a_terminal_edits_lines_and_keeps_slash_commands_local() {
             .contains("hi there")
     );
 }
+
+#[test]
+fn ctrl_c_in_chat_on_a_terminal_cancels_the_reply() {
+    let slow = Reply::slow_text(
+        (1..=40).map(|i| format!("w{i} ")),
+        std::time::Duration::from_millis(300),
+    );
+    let (llm, env, _daemon) = sessions_support::setup(vec![slow]);
+    let mut chat = Running::spawn({
+        let mut cmd = Command::new("script");
+        let line = format!(
+            "{} chat --workdir {}",
+            quote(bin("flytoctl").to_str().unwrap()),
+            quote(env.work.to_str().unwrap())
+        );
+        cmd.args(["-qec", &line, "/dev/null"])
+            .env_remove("FLYTO_PLAN_SOCK")
+            .envs(env.vars())
+            .env("TERM", "xterm")
+            .env("XDG_STATE_HOME", env.tmp.path().join("user-state"));
+        cmd
+    });
+    let mut at = chat.wait_for(0, "> ");
+    chat.stdin().write_all(b"count slowly\r").unwrap();
+    at = chat.wait_for(at, "w2 ");
+    // The terminal turns ^C into SIGINT for flytoctl, as a person's key does.
+    chat.stdin().write_all(b"\x03").unwrap();
+    at = chat.wait_for(at, "cancelled s1");
+    at = chat.wait_for(at, "> ");
+    chat.stdin().write_all(b"\x04").unwrap();
+    let (status, out, _) = chat.wait();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(!out[..at].contains("w40 "), "the reply ran to its end: {out}");
+    assert_eq!(llm.request_count(), 1);
+}
