@@ -19,7 +19,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ResetArgs {
-    /// Project id (16 hex characters, as `breaker_status` shows it)
+    /// Project id as `breaker_status` shows it, an unambiguous prefix of one, or the project's workdir
     /// [default: every open breaker]
     pub project: Option<String>,
 }
