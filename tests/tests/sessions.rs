@@ -1625,7 +1625,7 @@ fn history_labels_tool_results_and_shows_when_each_message_came() {
 /// estimate of the new window), not the last reported usage of the old one.
 #[test]
 fn after_a_reset_the_context_figure_is_the_new_window() {
-    let (_fake, env, _daemon) = setup(vec![
+    let (fake, env, _daemon) = setup(vec![
         Reply::text("a long answer").usage(60_000, 500),
         Reply::text("again").usage(61_000, 500),
     ]);
@@ -1649,4 +1649,16 @@ fn after_a_reset_the_context_figure_is_the_new_window() {
     let out = env.ctl(&["session_history", &id]);
     assert!(shown(&out.stdout), "{}", out.stdout);
     assert!(!out.stdout.contains("60,"), "{}", out.stdout);
+
+    // The figure is the size of what the model is sent next (the system
+    // prompt and the tools, as the window is empty), at about 4 bytes a token.
+    assert!(done(&send(&env, &id, "again")));
+    let requests = fake.requests();
+    let next = requests.last().expect("the request after the reset");
+    let bytes = next["messages"].to_string().len() + next["tools"].to_string().len();
+    let estimate = bytes as u64 / 4;
+    assert!(
+        tokens * 2 >= estimate && tokens <= estimate * 2,
+        "{tokens} tokens shown, {bytes} bytes sent: {next}"
+    );
 }
