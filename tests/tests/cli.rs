@@ -491,6 +491,9 @@ fn ctrl_c_in_chat_on_a_terminal_cancels_the_reply() {
     chat.stdin().write_all(b"\x04").unwrap();
     let (status, out, _) = chat.wait();
     assert_eq!(status.code(), Some(0), "{out}");
-    assert!(!out[..at].contains("w40 "), "the reply ran to its end: {out}");
+    assert!(
+        !out[..at].contains("w40 "),
+        "the reply ran to its end: {out}"
+    );
     assert_eq!(llm.request_count(), 1);
 }
