@@ -391,25 +391,28 @@ fn completions_and_kebab_case_aliases() {
     assert_eq!(env.ctl(&["plan-status", "p1"]).code, 0);
 }
 
+/// `flytoctl chat` in a new session on a pty; its line history under `state`.
+fn chat_in_pty(env: &TestEnv, state: &std::path::Path) -> Running {
+    let mut cmd = Command::new("script");
+    let line = format!(
+        "{} chat --workdir {}",
+        quote(bin("flytoctl").to_str().unwrap()),
+        quote(env.work.to_str().unwrap())
+    );
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env_remove("FLYTO_PLAN_SOCK")
+        .envs(env.vars())
+        .env("TERM", "xterm")
+        .env("XDG_STATE_HOME", state);
+    Running::spawn(cmd)
+}
+
 #[test]
 fn chat_on_a_terminal_edits_lines_and_keeps_slash_commands_local() {
     let (llm, env, _daemon) =
         sessions_support::setup(vec![Reply::text("hello back"), Reply::text("hello again")]);
     let state = env.tmp.path().join("user-state");
-    let mut chat = Running::spawn({
-        let mut cmd = Command::new("script");
-        let line = format!(
-            "{} chat --workdir {}",
-            quote(bin("flytoctl").to_str().unwrap()),
-            quote(env.work.to_str().unwrap())
-        );
-        cmd.args(["-qec", &line, "/dev/null"])
-            .env_remove("FLYTO_PLAN_SOCK")
-            .envs(env.vars())
-            .env("TERM", "xterm")
-            .env("XDG_STATE_HOME", &state);
-        cmd
-    });
+    let mut chat = chat_in_pty(&env, &state);
     let mut at = chat.wait_for(0, "/help lists commands");
     at = chat.wait_for(at, "> ");
     let say = |chat: &mut Running, line: &str, expect: &str, at: usize| {
@@ -467,20 +470,7 @@ fn ctrl_c_in_chat_on_a_terminal_cancels_the_reply() {
         std::time::Duration::from_millis(300),
     );
     let (llm, env, _daemon) = sessions_support::setup(vec![slow]);
-    let mut chat = Running::spawn({
-        let mut cmd = Command::new("script");
-        let line = format!(
-            "{} chat --workdir {}",
-            quote(bin("flytoctl").to_str().unwrap()),
-            quote(env.work.to_str().unwrap())
-        );
-        cmd.args(["-qec", &line, "/dev/null"])
-            .env_remove("FLYTO_PLAN_SOCK")
-            .envs(env.vars())
-            .env("TERM", "xterm")
-            .env("XDG_STATE_HOME", env.tmp.path().join("user-state"));
-        cmd
-    });
+    let mut chat = chat_in_pty(&env, &env.tmp.path().join("user-state"));
     let mut at = chat.wait_for(0, "> ");
     chat.stdin().write_all(b"count slowly\r").unwrap();
     at = chat.wait_for(at, "w2 ");
