@@ -248,6 +248,28 @@ fn wait_prints_short_steps_whole_and_says_when_it_shows_a_tail() {
 }
 
 #[test]
+fn wait_shows_the_end_of_a_step_whose_log_was_capped_and_says_so() {
+    let env = TestEnv::new(
+        "[plans]
+output_tail_bytes = 100
+log_max_bytes = 1000
+",
+    );
+    let _daemon = env.start();
+    let out = env.ctl(&["submit_plan", "--run", "seq 1 5000", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.ends_with("4999\n5000\n"), "{out:?}");
+    assert!(
+        out.stderr.contains("printed more than ")
+            && out
+                .stderr
+                .contains("`flytoctl plan_status p1 --log main` prints its first "),
+        "{out:?}"
+    );
+    assert!(!out.stderr.contains("all of it"), "{out:?}");
+}
+
+#[test]
 fn plan_list_counts_outcomes_and_says_how_many_more() {
     let env = TestEnv::new("");
     let _daemon = env.start();
