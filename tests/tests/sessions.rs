@@ -1662,3 +1662,45 @@ fn after_a_reset_the_context_figure_is_the_new_window() {
         "{tokens} tokens shown, {bytes} bytes sent: {next}"
     );
 }
+
+/// A `session_send` that cannot answer itself says how to answer, with a
+/// command that works as printed.
+#[test]
+fn the_printed_approve_command_names_the_session_and_works() {
+    let (_fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        ASK_TOUCH,
+        vec![
+            Reply::tool_call("call_ok", "bash", json!({"command": "touch ok.txt"})),
+            Reply::text("approved"),
+        ],
+    );
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    // Someone who can answer is attached, so the ask waits.
+    let mut attached = env.client();
+    attached
+        .send(&Request::SessionAttach {
+            id: id.clone(),
+            recent: Some(0),
+            can_approve: true,
+        })
+        .expect("attach");
+    assert!(matches!(
+        attached.recv().expect("snapshot"),
+        Response::History { .. }
+    ));
+    let mut send = flyto_tests::sessions_support::spawn_ctl(&env, &["session_send", &id, "go"]);
+    let stderr = watch_stderr(&mut send);
+    let printed = wait_until("the approve command on stderr", DEADLINE, || {
+        let text = stderr.lock().expect("stderr").clone();
+        let start = text.find("`flytoctl session_approve ")? + "`flytoctl ".len();
+        let len = text[start..].find('`')?;
+        Some(text[start..start + len].to_string())
+    });
+    let args: Vec<&str> = printed.split_whitespace().collect();
+    let out = env.ctl(&args);
+    assert_eq!(out.code, 0, "`{printed}`: {out:?}");
+    let (code, _, err) = flyto_tests::sessions_support::finish_ctl(send);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.join("ok.txt").exists(), "the approved command ran");
+}
