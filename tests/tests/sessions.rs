@@ -1208,6 +1208,25 @@ fn idle_session_actors_stop_and_start_again_on_demand() {
 /// `[permissions]` asking before any `touch`.
 const ASK_TOUCH: &str = "[permissions]\nask = [\"touch\"]\n";
 
+/// A protocol client attached to session `id` that can answer approvals,
+/// past the history snapshot.
+fn attach_approver(env: &TestEnv, id: &str) -> flyto_tests::flyto_protocol::Client {
+    let mut attached = env.client();
+    attached.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    attached
+        .send(&Request::SessionAttach {
+            id: id.to_string(),
+            recent: Some(0),
+            can_approve: true,
+        })
+        .expect("attach");
+    assert!(matches!(
+        attached.recv().expect("snapshot"),
+        Response::History { .. }
+    ));
+    attached
+}
+
 /// Reads a child's stderr in the background, so a test can wait for a line
 /// before it goes on.
 fn watch_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
@@ -1370,19 +1389,7 @@ fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are
 
     // An attached client that can answer gets the request; its answer is
     // taken, a second one is late.
-    let mut attached = env.client();
-    attached.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    attached
-        .send(&Request::SessionAttach {
-            id: id.clone(),
-            recent: Some(0),
-            can_approve: true,
-        })
-        .expect("attach");
-    assert!(matches!(
-        attached.recv().expect("snapshot"),
-        Response::History { .. }
-    ));
+    let mut attached = attach_approver(&env, &id);
     let wait_request = |client: &mut flyto_tests::flyto_protocol::Client| loop {
         match next_event(client, &id) {
             Some((
@@ -1677,18 +1684,7 @@ fn the_printed_approve_command_names_the_session_and_works() {
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     // Someone who can answer is attached, so the ask waits.
-    let mut attached = env.client();
-    attached
-        .send(&Request::SessionAttach {
-            id: id.clone(),
-            recent: Some(0),
-            can_approve: true,
-        })
-        .expect("attach");
-    assert!(matches!(
-        attached.recv().expect("snapshot"),
-        Response::History { .. }
-    ));
+    let _attached = attach_approver(&env, &id);
     let mut send = flyto_tests::sessions_support::spawn_ctl(&env, &["session_send", &id, "go"]);
     let stderr = watch_stderr(&mut send);
     let printed = wait_until("the approve command on stderr", DEADLINE, || {
