@@ -123,14 +123,17 @@ pub fn run(ctx: &Ctx, args: ChatArgs) -> Result<u8> {
         format!("session {id}\n")
     };
     let _ = output::stderr(&hello);
-    let ctrlc = interrupt::install(ctx.socket.clone(), interrupt::Mode::Idle { interactive })?;
-    let mut view = RunView::new(cmd_session::run_mode(&args.show, false));
     let mut lines = if interactive {
         Lines::editor()?
     } else {
         // Not locked for the whole chat: an approval prompt reads stdin too.
         Lines::Plain(std::io::stdin())
     };
+    // After the editor: rustyline replaces the SIGINT handler when it is
+    // created, which would leave Ctrl-C during a reply doing nothing. At
+    // its own prompt it reads Ctrl-C as a key (raw mode), not a signal.
+    let ctrlc = interrupt::install(ctx.socket.clone(), interrupt::Mode::Idle { interactive })?;
+    let mut view = RunView::new(cmd_session::run_mode(&args.show, false));
     loop {
         ctrlc.set(interrupt::Mode::Idle { interactive });
         let Some(line) = lines.next()? else {

@@ -403,9 +403,10 @@ fn follow_run(
         };
         match resp {
             Response::Event {
-                event: Event::Session { event, .. },
+                event: Event::Session { session, event },
                 ..
             } => {
+                view.set_session(&session);
                 let (chunks, end) = view.event(&event);
                 write(chunks)?;
                 on_event(ctx, id, &event, view);
@@ -486,9 +487,10 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
     loop {
         match client.recv() {
             Ok(Response::Event {
-                event: Event::Session { event, .. },
+                event: Event::Session { session, event },
                 ..
             }) => {
+                view.set_session(&session);
                 write(view.event(&event).0)?;
                 on_event(ctx, &id, &event, &view);
             }

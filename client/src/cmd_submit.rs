@@ -126,12 +126,20 @@ pub fn run(ctx: &Ctx, args: SubmitArgs) -> Result<u8> {
     output::stderr(&for_terminal(&err, std::io::stderr().is_terminal()))?;
     for (step, o) in plan.steps.iter().zip(&outputs) {
         if let Some(bytes) = o.cut_from {
+            let (printed, rest) = if o.log_capped {
+                (
+                    "more than ",
+                    format!("prints its first {}", format::bytes(bytes)),
+                )
+            } else {
+                ("", "prints all of it".to_string())
+            };
             output::note(&format!(
-                "step `{}` printed {}; above is only its end: `flytoctl plan_status {} --log {}` prints all of it",
+                "step `{}` printed {printed}{}; above is only its end: `flytoctl plan_status {} --log {}` {rest}",
                 step.id,
                 format::bytes(bytes),
                 plan.id,
-                step.id
+                step.id,
             ));
         }
     }
@@ -161,6 +169,9 @@ struct StepOutput {
     stderr: String,
     /// Only the tails: the whole output, this many bytes, is in the log.
     cut_from: Option<u64>,
+    /// flytod stopped writing the log at plans.log_max_bytes: it holds the
+    /// start of the output only, never the whole.
+    log_capped: bool,
 }
 
 /// The step's whole output when the daemon's tails hold all of it (the log
@@ -172,16 +183,23 @@ fn step_output(step: &StepView, log_len: Option<u64>) -> StepOutput {
         stdout: step.stdout_tail.clone(),
         stderr: step.stderr_tail.clone(),
         cut_from: None,
+        log_capped: false,
     };
     let Some((path, len)) = step.log_path.as_deref().zip(log_len) else {
         return tails;
     };
-    if len <= (step.stdout_tail.len() + step.stderr_tail.len()) as u64 {
+    // flytod says so in the step's error when it capped the log.
+    let log_capped = step
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("output log truncated"));
+    if !log_capped && len <= (step.stdout_tail.len() + step.stderr_tail.len()) as u64 {
         return tails;
     }
     // The log interleaves both streams, so it can stand in for one only.
     let one_stream = step.stdout_tail.is_empty() || step.stderr_tail.is_empty();
     if one_stream
+        && !log_capped
         && len <= WHOLE_OUTPUT_MAX
         && let Some(whole) = logfile::read(path, WHOLE_OUTPUT_MAX)
     {
@@ -199,6 +217,7 @@ fn step_output(step: &StepView, log_len: Option<u64>) -> StepOutput {
     }
     StepOutput {
         cut_from: Some(len),
+        log_capped,
         ..tails
     }
 }

@@ -110,6 +110,8 @@ pub struct RunView {
     /// The `stop` of the last `Done` event.
     stop: Option<String>,
     chunks: Vec<Chunk>,
+    /// The session the events are of, for the commands a note names.
+    session: Option<String>,
 }
 
 impl RunView {
@@ -122,6 +124,14 @@ impl RunView {
             model: None,
             stop: None,
             chunks: Vec::new(),
+            session: None,
+        }
+    }
+
+    /// Names the session the next events are of.
+    pub fn set_session(&mut self, id: &str) {
+        if self.session.as_deref() != Some(id) {
+            self.session = Some(id.to_string());
         }
     }
 
@@ -258,8 +268,9 @@ impl RunView {
                 self.line(err.paint(&ask, Tone::Yellow));
                 if !self.mode.approve {
                     let how = format!(
-                        "waiting up to {} for `flytoctl session_approve <session> {approval} --allow` (or --deny)",
-                        duration(*timeout_ms)
+                        "waiting up to {} for `flytoctl session_approve {} {approval} --allow` (or --deny)",
+                        duration(*timeout_ms),
+                        self.session.as_deref().unwrap_or("<session>")
                     );
                     self.line(err.paint(&how, Tone::Dim));
                 }

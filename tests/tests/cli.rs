@@ -248,6 +248,28 @@ fn wait_prints_short_steps_whole_and_says_when_it_shows_a_tail() {
 }
 
 #[test]
+fn wait_shows_the_end_of_a_step_whose_log_was_capped_and_says_so() {
+    let env = TestEnv::new(
+        "[plans]
+output_tail_bytes = 100
+log_max_bytes = 1000
+",
+    );
+    let _daemon = env.start();
+    let out = env.ctl(&["submit_plan", "--run", "seq 1 5000", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.ends_with("4999\n5000\n"), "{out:?}");
+    assert!(
+        out.stderr.contains("printed more than ")
+            && out
+                .stderr
+                .contains("`flytoctl plan_status p1 --log main` prints its first "),
+        "{out:?}"
+    );
+    assert!(!out.stderr.contains("all of it"), "{out:?}");
+}
+
+#[test]
 fn plan_list_counts_outcomes_and_says_how_many_more() {
     let env = TestEnv::new("");
     let _daemon = env.start();
@@ -391,25 +413,28 @@ fn completions_and_kebab_case_aliases() {
     assert_eq!(env.ctl(&["plan-status", "p1"]).code, 0);
 }
 
+/// `flytoctl chat` in a new session on a pty; its line history under `state`.
+fn chat_in_pty(env: &TestEnv, state: &std::path::Path) -> Running {
+    let mut cmd = Command::new("script");
+    let line = format!(
+        "{} chat --workdir {}",
+        quote(bin("flytoctl").to_str().unwrap()),
+        quote(env.work.to_str().unwrap())
+    );
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env_remove("FLYTO_PLAN_SOCK")
+        .envs(env.vars())
+        .env("TERM", "xterm")
+        .env("XDG_STATE_HOME", state);
+    Running::spawn(cmd)
+}
+
 #[test]
 fn chat_on_a_terminal_edits_lines_and_keeps_slash_commands_local() {
     let (llm, env, _daemon) =
         sessions_support::setup(vec![Reply::text("hello back"), Reply::text("hello again")]);
     let state = env.tmp.path().join("user-state");
-    let mut chat = Running::spawn({
-        let mut cmd = Command::new("script");
-        let line = format!(
-            "{} chat --workdir {}",
-            quote(bin("flytoctl").to_str().unwrap()),
-            quote(env.work.to_str().unwrap())
-        );
-        cmd.args(["-qec", &line, "/dev/null"])
-            .env_remove("FLYTO_PLAN_SOCK")
-            .envs(env.vars())
-            .env("TERM", "xterm")
-            .env("XDG_STATE_HOME", &state);
-        cmd
-    });
+    let mut chat = chat_in_pty(&env, &state);
     let mut at = chat.wait_for(0, "/help lists commands");
     at = chat.wait_for(at, "> ");
     let say = |chat: &mut Running, line: &str, expect: &str, at: usize| {
@@ -458,4 +483,29 @@ fn chat_on_a_terminal_edits_lines_and_keeps_slash_commands_local() {
             .unwrap()
             .contains("hi there")
     );
+}
+
+#[test]
+fn ctrl_c_in_chat_on_a_terminal_cancels_the_reply() {
+    let slow = Reply::slow_text(
+        (1..=40).map(|i| format!("w{i} ")),
+        std::time::Duration::from_millis(300),
+    );
+    let (llm, env, _daemon) = sessions_support::setup(vec![slow]);
+    let mut chat = chat_in_pty(&env, &env.tmp.path().join("user-state"));
+    let mut at = chat.wait_for(0, "> ");
+    chat.stdin().write_all(b"count slowly\r").unwrap();
+    at = chat.wait_for(at, "w2 ");
+    // The terminal turns ^C into SIGINT for flytoctl, as a person's key does.
+    chat.stdin().write_all(b"\x03").unwrap();
+    at = chat.wait_for(at, "cancelled s1");
+    at = chat.wait_for(at, "> ");
+    chat.stdin().write_all(b"\x04").unwrap();
+    let (status, out, _) = chat.wait();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(
+        !out[..at].contains("w40 "),
+        "the reply ran to its end: {out}"
+    );
+    assert_eq!(llm.request_count(), 1);
 }

@@ -1208,6 +1208,25 @@ fn idle_session_actors_stop_and_start_again_on_demand() {
 /// `[permissions]` asking before any `touch`.
 const ASK_TOUCH: &str = "[permissions]\nask = [\"touch\"]\n";
 
+/// A protocol client attached to session `id` that can answer approvals,
+/// past the history snapshot.
+fn attach_approver(env: &TestEnv, id: &str) -> flyto_tests::flyto_protocol::Client {
+    let mut attached = env.client();
+    attached.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    attached
+        .send(&Request::SessionAttach {
+            id: id.to_string(),
+            recent: Some(0),
+            can_approve: true,
+        })
+        .expect("attach");
+    assert!(matches!(
+        attached.recv().expect("snapshot"),
+        Response::History { .. }
+    ));
+    attached
+}
+
 /// Reads a child's stderr in the background, so a test can wait for a line
 /// before it goes on.
 fn watch_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
@@ -1370,19 +1389,7 @@ fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are
 
     // An attached client that can answer gets the request; its answer is
     // taken, a second one is late.
-    let mut attached = env.client();
-    attached.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    attached
-        .send(&Request::SessionAttach {
-            id: id.clone(),
-            recent: Some(0),
-            can_approve: true,
-        })
-        .expect("attach");
-    assert!(matches!(
-        attached.recv().expect("snapshot"),
-        Response::History { .. }
-    ));
+    let mut attached = attach_approver(&env, &id);
     let wait_request = |client: &mut flyto_tests::flyto_protocol::Client| loop {
         match next_event(client, &id) {
             Some((
@@ -1625,7 +1632,7 @@ fn history_labels_tool_results_and_shows_when_each_message_came() {
 /// estimate of the new window), not the last reported usage of the old one.
 #[test]
 fn after_a_reset_the_context_figure_is_the_new_window() {
-    let (_fake, env, _daemon) = setup(vec![
+    let (fake, env, _daemon) = setup(vec![
         Reply::text("a long answer").usage(60_000, 500),
         Reply::text("again").usage(61_000, 500),
     ]);
@@ -1649,4 +1656,47 @@ fn after_a_reset_the_context_figure_is_the_new_window() {
     let out = env.ctl(&["session_history", &id]);
     assert!(shown(&out.stdout), "{}", out.stdout);
     assert!(!out.stdout.contains("60,"), "{}", out.stdout);
+
+    // The figure is the size of what the model is sent next (the system
+    // prompt and the tools, as the window is empty), at about 4 bytes a token.
+    assert!(done(&send(&env, &id, "again")));
+    let requests = fake.requests();
+    let next = requests.last().expect("the request after the reset");
+    let bytes = next["messages"].to_string().len() + next["tools"].to_string().len();
+    let estimate = bytes as u64 / 4;
+    assert!(
+        tokens * 2 >= estimate && tokens <= estimate * 2,
+        "{tokens} tokens shown, {bytes} bytes sent: {next}"
+    );
+}
+
+/// A `session_send` that cannot answer itself says how to answer, with a
+/// command that works as printed.
+#[test]
+fn the_printed_approve_command_names_the_session_and_works() {
+    let (_fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        ASK_TOUCH,
+        vec![
+            Reply::tool_call("call_ok", "bash", json!({"command": "touch ok.txt"})),
+            Reply::text("approved"),
+        ],
+    );
+    let dir = workdir(&env, "ws");
+    let id = new_session(&env, &dir);
+    // Someone who can answer is attached, so the ask waits.
+    let _attached = attach_approver(&env, &id);
+    let mut send = flyto_tests::sessions_support::spawn_ctl(&env, &["session_send", &id, "go"]);
+    let stderr = watch_stderr(&mut send);
+    let printed = wait_until("the approve command on stderr", DEADLINE, || {
+        let text = stderr.lock().expect("stderr").clone();
+        let start = text.find("`flytoctl session_approve ")? + "`flytoctl ".len();
+        let len = text[start..].find('`')?;
+        Some(text[start..start + len].to_string())
+    });
+    let args: Vec<&str> = printed.split_whitespace().collect();
+    let out = env.ctl(&args);
+    assert_eq!(out.code, 0, "`{printed}`: {out:?}");
+    let (code, _, err) = flyto_tests::sessions_support::finish_ctl(send);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.join("ok.txt").exists(), "the approved command ran");
 }
