@@ -4,8 +4,17 @@
 Usage:
     python3 docs/flyto_client.py ping
     python3 docs/flyto_client.py run 'echo hello'     # submit a plan, follow it, print its output
+    python3 docs/flyto_client.py run --env K=V 'cmd'  # ... with K=V in its environment (repeatable)
+    python3 docs/flyto_client.py restart p3           # a new plan from p3's spec, followed the same way
+    python3 docs/flyto_client.py remove p3            # delete a finished plan and its logs
     python3 docs/flyto_client.py new                  # a new session in the current directory
-    python3 docs/flyto_client.py send s1 'hello'      # stream a session's reply
+    python3 docs/flyto_client.py send s1 'hello'      # stream a session's reply; asks y/N for `ask` rules
+    python3 docs/flyto_client.py delete s1            # delete a session that is not running
+
+Like flytoctl, `run` passes the current directory as the step's workdir
+and your PATH, VIRTUAL_ENV, CONDA_PREFIX and CONDA_DEFAULT_ENV in the
+plan's env (flytod's own environment, under systemd, differs from your
+shell's); --env values win over them.
 
 The socket is found as flytoctl finds it: FLYTO_PLAN_SOCK, FLYTO_SOCK,
 $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/flyto, /run/flyto (root), /tmp/flyto-<uid>.
@@ -72,12 +81,27 @@ class Flyto:
             yield kind, body
 
 
-def run(flyto, command):
+# What flytoctl takes from the submitter's environment: enough to run the
+# same programs (and the same virtualenv) however flytod was started.
+CAPTURED_ENV = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+
+
+def run(flyto, command, env=None):
     """Submits a one-step plan, follows it to the end, prints its output."""
-    # Fields that are null may be left out in JSON mode.
-    plan = {"steps": [{"id": "main", "run": command, "workdir": os.getcwd()}]}
+    plan_env = {k: os.environ[k] for k in CAPTURED_ENV if os.environ.get(k)}
+    plan_env.update(env or {})
+    # Fields that are null (or empty, like `deps`) may be left out in JSON
+    # mode. The daemon wants an absolute workdir: it does not know ours.
+    plan = {
+        "steps": [{"id": "main", "run": command, "workdir": os.getcwd()}],
+        "env": plan_env,
+    }
     _, submitted = flyto.call("submit_plan", plan=plan)
-    plan_id = submitted["id"]
+    return follow(flyto, submitted["id"])
+
+
+def follow(flyto, plan_id):
+    """Watches a plan until it is terminal, prints its first step's output."""
     print(f"submitted {plan_id}", file=sys.stderr)
     for kind, body in flyto.stream("plan_watch", id=plan_id):
         # First the snapshot (`plan`), then an `event` per change.
@@ -88,20 +112,54 @@ def run(flyto, command):
     return 0 if view["state"] == "succeeded" else 1
 
 
+FAILED_STOPS = ("max_iterations", "budget", "repeat_guard", "stalled", "compact_failed", "breaker_open")
+
+
+def approve(session, event):
+    """Asks on the terminal whether an `ask` command may run; answers it on
+    a second connection, since this one is busy streaming the run."""
+    print(f"\napproval needed: `{event['command']}` ({event['rule']})", file=sys.stderr)
+    try:
+        with open("/dev/tty") as tty:
+            print("allow it? [y/N] ", end="", file=sys.stderr, flush=True)
+            allow = tty.readline().strip().lower() in ("y", "yes")
+    except OSError:
+        allow = False
+    try:
+        Flyto().call("session_approve", id=session, approval=event["approval"], allow=allow)
+    except FlytoError as e:
+        # Someone else answered first, or it timed out meanwhile.
+        print(f"answer not taken: {e}", file=sys.stderr)
+
+
 def send(flyto, session, text):
     """Sends a message to a session and streams the reply until the run ends."""
     status = 0
-    for _, body in flyto.stream("session_send", id=session, text=text):
+    # Only a client with a person behind it offers to approve `ask` rules;
+    # otherwise they are refused at once and the model is told.
+    can_approve = os.path.exists("/dev/tty") and sys.stdin.isatty()
+    for _, body in flyto.stream("session_send", id=session, text=text, can_approve=can_approve):
         (kind, event), = body["event"]["session"]["event"].items()
         if kind == "text":
             print(event["delta"], end="", flush=True)
         elif kind == "tool_call":
             print(f"\n[{event['name']} {event['arguments']}]", file=sys.stderr)
-        elif kind in ("error", "cancelled"):
-            print(f"\n{kind}: {event['message']}", file=sys.stderr)
+        elif kind == "approval_requested":
+            approve(session, event)
+        elif kind == "approval_resolved":
+            print(f"[approval {event['approval']}: {event['outcome']}]", file=sys.stderr)
+        elif kind == "cancelled":
+            print(f"\ncancelled: {event['message']}", file=sys.stderr)
+            # Like flytoctl: 6 when flytod shut down during the run.
+            status = 6 if event["shutdown"] else 5
+        elif kind == "error":
+            print(f"\nerror: {event['message']}", file=sys.stderr)
             status = 1
         elif kind == "done":
             print(f"\n[{event['stop']}] {event['message']}", file=sys.stderr)
+            # A guard or a failed compaction stopped the run: exit 1, as flytoctl does.
+            if event["stop"] in FAILED_STOPS:
+                status = 1
     return status
 
 
@@ -112,8 +170,25 @@ def main(argv):
             _, pong = flyto.call("ping")
             print(f"flytod {pong['daemon_version']} pid {pong['pid']}")
             return 0
-        if argv[1:2] == ["run"] and len(argv) == 3:
-            return run(flyto, argv[2])
+        if argv[1:2] == ["run"] and len(argv) >= 3:
+            env, args = {}, argv[2:]
+            while len(args) > 2 and args[0] == "--env" and "=" in args[1]:
+                key, _, value = args[1].partition("=")
+                env[key] = value
+                args = args[2:]
+            if len(args) == 1:
+                return run(flyto, args[0], env)
+        if argv[1:2] == ["restart"] and len(argv) == 3:
+            _, submitted = flyto.call("plan_restart", id=argv[2])
+            return follow(flyto, submitted["id"])
+        if argv[1:2] == ["remove"] and len(argv) == 3:
+            _, body = flyto.call("plan_remove", id=argv[2])
+            print(f"removed {body['id']}")
+            return 0
+        if argv[1:2] == ["delete"] and len(argv) == 3:
+            _, body = flyto.call("session_delete", id=argv[2])
+            print(f"deleted {body['id']}")
+            return 0
         if argv[1:2] == ["new"]:
             _, body = flyto.call("session_new", workdir=os.getcwd())
             print(body["session"]["id"])

@@ -1,6 +1,9 @@
 //! plans: the SchedulerActor and its plan queue — validation, the step DAG,
 //! persisted transitions, durable acks, recovery after a crash, cancel and
-//! the TTL sweep. It runs `run` steps through `tools::process`.
+//! the TTL sweep, restart and remove. It runs `run` steps through
+//! `tools::process`. Child plans of a running chain get a slot per level
+//! beyond `max_parallel_plans`; the read side (`reader.rs`) answers what a
+//! pending plan waits for and its queue position, and resolves names.
 //!
 //! **Invariant**: the scheduler never reports a state it has not persisted
 //! and synced: replies and published views are sent from `after_sync`

@@ -4,7 +4,9 @@
 //! `SessionActor` owns at most one run, a task it can cancel (`run.rs`):
 //! the ReAct loop over the provider layer (`crate::llm`) and the tools
 //! (`crate::tools`, through `orchestrator.rs`), with the transcript
-//! repaired by `normalize.rs` before every provider call.
+//! repaired by `normalize.rs` before every provider call. `approval.rs`
+//! holds a session's pending `ask` approvals: the attached clients that
+//! can answer, first answer wins, bounded by `approval_timeout`.
 //!
 //! **Invariant**: during a run only the run task writes the session's
 //! record and messages; outside a run only the actor does.

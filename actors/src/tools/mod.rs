@@ -3,7 +3,9 @@
 //! docs/design.md ("Processes and their environment"), and the agent's
 //! builtin tools (`read`, `write`, `edit`, `glob`, `grep`, `bash`) behind
 //! the [`Tool`] trait, with workdir confinement, secret scanning and the
-//! bash permission policy.
+//! bash permission policy. Every spawn is recorded in the spawn table
+//! (`process.rs`) until its leader is reaped: the daemon's main-socket
+//! peer check and orphan reaper read it.
 //!
 //! **Invariant**: tools never touch storage or actors; callers persist.
 //! **Invariant**: a tool's future stops its work (and kills its process
