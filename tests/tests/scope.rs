@@ -52,13 +52,16 @@ fn a_nested_step_cannot_leave_its_scope_for_the_main_socket() {
     let sock = env.sock.display().to_string();
     let detached = env.work.join("detached.out");
     // Run in the depth-1 plan: both one-line escapes, and a double fork
-    // that detaches (setsid) so its parent chain ends at flytod.
+    // that detaches (setsid) so its parent chain ends at flytod. The step
+    // waits until it has detached: its group is killed when its shell ends.
     let escape = format!(
         "env -u FLYTO_PLAN_SOCK {ctl} session_list; echo unset=$?; \
          {ctl} --socket {sock} plan_list; echo socket=$?; \
-         (setsid sh -c \"{ctl} --socket {sock} ping 2>&1; echo detached=\\$?\" > {out} &); \
+         (setsid sh -c \"touch {up}; {ctl} --socket {sock} ping 2>&1; echo detached=\\$?\" > {out} &); \
+         while [ ! -e {up} ]; do sleep 0.01; done; \
          {ctl} plan_list >/dev/null; echo scoped=$?",
-        out = detached.display()
+        out = detached.display(),
+        up = env.work.join("detached.up").display()
     );
     // The user's own step (depth 0) keeps the main socket either way.
     let outer = format!(
