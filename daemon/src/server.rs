@@ -689,15 +689,26 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             name,
             workdir,
             model,
-        } => session_call(ctx, |reply| ManagerMsg::New {
-            name,
-            workdir,
-            model,
-            chain: None,
-            reply,
-        })
-        .await
-        .map(|session| Response::Session { session }),
+        } => {
+            // Refused here as well as in the manager: the manager hears of
+            // the drain a moment after requests start being refused.
+            if ctx.draining.load(Ordering::SeqCst) {
+                Err(Reject::new(
+                    ErrorCode::Unavailable,
+                    "flytod is shutting down: create the session again once it has restarted",
+                ))
+            } else {
+                session_call(ctx, |reply| ManagerMsg::New {
+                    name,
+                    workdir,
+                    model,
+                    chain: None,
+                    reply,
+                })
+                .await
+                .map(|session| Response::Session { session })
+            }
+        }
         Request::SessionSend {
             id,
             text,

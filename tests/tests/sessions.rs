@@ -1281,7 +1281,10 @@ fn session_cancel_and_ctrl_c_in_chat_say_cancelled() {
     let mut chat = flyto_tests::sessions_support::spawn_ctl(&env, &["chat", "--session", &id]);
     let stderr = watch_stderr(&mut chat);
     flyto_tests::sessions_support::write_stdin(&mut chat, "count again\n");
-    flyto_tests::sessions_support::wait_running(&env, &id);
+    // The reply is streaming: the model has the second request.
+    wait_until("the chat's message to reach the model", DEADLINE, || {
+        (fake.request_count() == 2).then_some(())
+    });
     // SAFETY: signalling the flytoctl this test started.
     unsafe {
         libc::kill(chat.id() as i32, libc::SIGINT);

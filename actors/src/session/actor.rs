@@ -171,10 +171,11 @@ impl Actor for SessionActor {
                 once,
                 reply,
             } => {
+                // The sender counts as an approver before the run starts:
+                // its first tool call may come before this handler ends.
+                let approver = can_approve.then(|| state.approvals.approver());
                 let answer = state.start(text, once, &myself).map(|mut sub| {
-                    if can_approve {
-                        sub.approver = Some(state.approvals.approver());
-                    }
+                    sub.approver = approver;
                     sub
                 });
                 match answer {
