@@ -110,6 +110,16 @@ pub struct SessionState {
     /// Set (before the cancel) when the current run is cancelled because
     /// flytod shuts down.
     shutdown: Arc<AtomicBool>,
+    /// A `Send` that came after the run's end event but before the run
+    /// task reported back: started as soon as it has.
+    deferred: Option<Deferred>,
+}
+
+struct Deferred {
+    text: String,
+    can_approve: bool,
+    once: bool,
+    reply: RpcReplyPort<Result<Subscription, Reject>>,
 }
 
 impl Actor for SessionActor {
@@ -136,6 +146,7 @@ impl Actor for SessionActor {
             draining: None,
             approvals: Arc::default(),
             shutdown: Arc::default(),
+            deferred: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -171,28 +182,21 @@ impl Actor for SessionActor {
                 once,
                 reply,
             } => {
-                // The sender counts as an approver before the run starts:
-                // its first tool call may come before this handler ends.
-                let approver = can_approve.then(|| state.approvals.approver());
-                let answer = state.start(text, once, &myself).map(|mut sub| {
-                    sub.approver = approver;
-                    sub
-                });
-                match answer {
-                    Ok(sub) => {
-                        // Answer once the user's message is durable.
-                        state.deps.store.after_sync(Box::new(move |synced| {
-                            let _ = reply.send(synced.map(|_| sub).map_err(|e| {
-                                Reject::new(
-                                    ErrorCode::Internal,
-                                    format!("cannot store the message: {e}"),
-                                )
-                            }));
-                        }));
-                    }
-                    Err(r) => {
-                        let _ = reply.send(Err(r));
-                    }
+                let ended = state
+                    .emit
+                    .as_ref()
+                    .is_some_and(|e| e.ended.load(Ordering::SeqCst));
+                if state.run.is_some() && ended && state.deferred.is_none() {
+                    // The run has ended and said so; the actor hears of
+                    // it next. Whoever saw the end may send at once.
+                    state.deferred = Some(Deferred {
+                        text,
+                        can_approve,
+                        once,
+                        reply,
+                    });
+                } else {
+                    state.send(text, can_approve, once, reply, &myself);
                 }
             }
             SessionMsg::Cancel { reply } => {
@@ -300,6 +304,9 @@ impl Actor for SessionActor {
                     }));
                 }
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
+                if let Some(d) = state.deferred.take() {
+                    state.send(d.text, d.can_approve, d.once, d.reply, &myself);
+                }
             }
             SessionMsg::IdleCheck => {
                 state.release_emitter();
@@ -326,6 +333,41 @@ impl Actor for SessionActor {
 }
 
 impl SessionState {
+    /// Appends the user's message and starts a run, answering `reply`
+    /// once the message is durable.
+    fn send(
+        &mut self,
+        text: String,
+        can_approve: bool,
+        once: bool,
+        reply: RpcReplyPort<Result<Subscription, Reject>>,
+        myself: &ActorRef<SessionMsg>,
+    ) {
+        // The sender counts as an approver before the run starts:
+        // its first tool call may come before this handler ends.
+        let approver = can_approve.then(|| self.approvals.approver());
+        let answer = self.start(text, once, myself).map(|mut sub| {
+            sub.approver = approver;
+            sub
+        });
+        match answer {
+            Ok(sub) => {
+                // Answer once the user's message is durable.
+                self.deps.store.after_sync(Box::new(move |synced| {
+                    let _ = reply.send(synced.map(|_| sub).map_err(|e| {
+                        Reject::new(
+                            ErrorCode::Internal,
+                            format!("cannot store the message: {e}"),
+                        )
+                    }));
+                }));
+            }
+            Err(r) => {
+                let _ = reply.send(Err(r));
+            }
+        }
+    }
+
     fn emitter(&mut self) -> &Emitter {
         let seq = self.seq.clone();
         self.emit.get_or_insert_with(|| Emitter::with_seq(seq))
@@ -533,6 +575,7 @@ impl SessionState {
             rx: self.emitter().tx.subscribe(),
             approver: None,
         };
+        self.emitter().ended.store(false, Ordering::SeqCst);
         let cancel = CancellationToken::new();
         self.run = Some(cancel.clone());
         self.shutdown = Arc::default();

@@ -37,13 +37,21 @@ const REPEAT_HARD: u32 = 4;
 pub struct Emitter {
     pub tx: broadcast::Sender<(u64, SessionEvent)>,
     pub seq: Arc<AtomicU64>,
+    /// Set once the current run has emitted its run-ending event: its
+    /// listeners may already send the next message while the actor has
+    /// not yet heard that the run task is done.
+    pub ended: Arc<AtomicBool>,
 }
 
 impl Emitter {
     /// A channel continuing the sequence numbers of `seq`.
     pub fn with_seq(seq: Arc<AtomicU64>) -> Self {
         let (tx, _) = broadcast::channel(512);
-        Emitter { tx, seq }
+        Emitter {
+            tx,
+            seq,
+            ended: Arc::default(),
+        }
     }
 
     pub fn new() -> Self {
@@ -56,9 +64,13 @@ impl Emitter {
         Emitter {
             tx,
             seq: Arc::new(AtomicU64::new(0)),
+            ended: Arc::default(),
         }
     }
     pub fn emit(&self, event: SessionEvent) {
+        if event.ends_run() {
+            self.ended.store(true, Ordering::SeqCst);
+        }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         // No listener is fine: events are not stored.
         let _ = self.tx.send((seq, event));
