@@ -1309,6 +1309,21 @@ fn steps_get_the_plans_env_and_the_submitters_path_and_virtualenv() {
         err.contains("env `GITHUB_TOKEN` looks like a secret"),
         "{err}"
     );
+    // The chain's own variables cannot be chosen by a plan.
+    let (code, _, err) = ctl_in(
+        &env,
+        &env.work,
+        &[
+            "submit_plan",
+            "--run",
+            "true",
+            "--env",
+            "FLYTO_PLAN_SOCK=/tmp/x.sock",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("FLYTO_* names are reserved"), "{err}");
 }
 
 #[test]

@@ -87,6 +87,13 @@ pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, Str
                 "step `{id}`: env `{name}` looks like a secret (by its name), and plans are stored and shown: let the step read it from a file instead"
             ));
         }
+        // flytod sets these for every step (the chain's scope and
+        // identity); a plan cannot choose them.
+        if let Some(name) = env.keys().find(|k| k.starts_with("FLYTO_")) {
+            return Err(format!(
+                "step `{id}`: env `{name}` is set by flytod for every step (FLYTO_* names are reserved): remove it from the plan"
+            ));
+        }
         out.push(StepRecord {
             id: id.clone(),
             action,
@@ -180,6 +187,12 @@ mod tests {
         bad.steps[0].env.insert("1X".into(), "x".into());
         let err = validate(&bad, &limits()).unwrap_err();
         assert!(err.contains("env name `1X` is not valid"), "{err}");
+        let mut reserved = plan(vec![step("a", &[])]);
+        reserved.steps[0]
+            .env
+            .insert("FLYTO_PLAN_SOCK".into(), "/tmp/x.sock".into());
+        let err = validate(&reserved, &limits()).unwrap_err();
+        assert!(err.contains("FLYTO_* names are reserved"), "{err}");
     }
 
     #[test]
