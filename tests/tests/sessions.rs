@@ -1479,7 +1479,11 @@ fn names_are_unique_and_a_deleted_session_is_gone() {
     wait_for_text(&mut stream, &id);
     let out = env.ctl(&["session_delete", "work"]);
     assert_eq!(out.code, 4, "a running session is not deleted: {out:?}");
-    assert!(out.stderr.contains("running"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot be deleted: cancel it first"),
+        "{}",
+        out.stderr
+    );
     cancel(&env, &id);
     drain(&mut stream, &id);
     let plan_sock = env

@@ -447,6 +447,15 @@ impl SessionState {
 
     /// Removes the record and messages; the actor stops after this.
     fn delete(&mut self) -> Result<(), Reject> {
+        if self.run.is_some() {
+            let id = format_id(self.rec.id);
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "session {id} is running, so it cannot be deleted: cancel it first (`flytoctl session_cancel {id}`), then delete it"
+                ),
+            ));
+        }
         self.idle_check()?;
         self.deps
             .store
