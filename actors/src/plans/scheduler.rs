@@ -19,6 +19,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
+/// Run on the commit thread once a submit's answer is final (after its
+/// sync), just before `reply` gets it: the server writes the answer to the
+/// client's socket from there, so the acknowledgement does not wait for a
+/// runtime thread to wake up first.
+pub type EarlyReply = Box<dyn FnOnce(&Result<(String, bool), Reject>) + Send>;
+
 pub enum SchedulerMsg {
     Submit {
         plan: PlanSpec,
@@ -27,6 +33,7 @@ pub enum SchedulerMsg {
         /// scoped plan socket); `None` for a user.
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<(String, bool), Reject>>,
+        early: Option<EarlyReply>,
     },
     /// By id or name; answers (id, state, already finished).
     Cancel {
@@ -172,10 +179,11 @@ impl Actor for SchedulerActor {
                 idempotency_key,
                 origin,
                 reply,
+                early,
             } => {
                 let answer = state.submit(plan, idempotency_key, origin, None);
                 let started = answer.is_ok();
-                state.reply_after_sync(reply, answer);
+                state.reply_after_sync_then(reply, answer, early);
                 if started {
                     state.pump_after_submit(&myself)?;
                 }
@@ -247,6 +255,16 @@ impl SchedulerState {
         reply: RpcReplyPort<Result<T, Reject>>,
         answer: Result<T, Reject>,
     ) {
+        self.reply_after_sync_then(reply, answer, None);
+    }
+
+    /// Like `reply_after_sync`; `early` sees the final answer first.
+    fn reply_after_sync_then<T: Send + 'static>(
+        &self,
+        reply: RpcReplyPort<Result<T, Reject>>,
+        answer: Result<T, Reject>,
+        early: Option<Box<dyn FnOnce(&Result<T, Reject>) + Send>>,
+    ) {
         let then: AfterSync = Box::new(move |synced| {
             let answer = match synced {
                 Ok(()) => answer,
@@ -255,6 +273,9 @@ impl SchedulerState {
                     format!("could not make the change durable: {e}"),
                 )),
             };
+            if let Some(early) = early {
+                early(&answer);
+            }
             let _ = reply.send(answer);
         });
         self.reader.store.after_sync(then);
