@@ -23,7 +23,8 @@ use tokio::sync::{oneshot, watch};
 /// sync), just before `reply` gets it: the server writes the answer to the
 /// client's socket from there, so the acknowledgement does not wait for a
 /// runtime thread to wake up first.
-pub type EarlyReply = Box<dyn FnOnce(&Result<(String, bool), Reject>) + Send>;
+pub type EarlyReply = Early<(String, bool)>;
+pub type Early<T> = Box<dyn FnOnce(&Result<T, Reject>) + Send>;
 
 pub enum SchedulerMsg {
     Submit {
@@ -263,7 +264,7 @@ impl SchedulerState {
         &self,
         reply: RpcReplyPort<Result<T, Reject>>,
         answer: Result<T, Reject>,
-        early: Option<Box<dyn FnOnce(&Result<T, Reject>) + Send>>,
+        early: Option<Early<T>>,
     ) {
         let then: AfterSync = Box::new(move |synced| {
             let answer = match synced {
