@@ -3,7 +3,7 @@
 //! scheduler. Only this module knows about connections.
 
 use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerMsg};
-use flyto_actors::plans::{Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
+use flyto_actors::plans::{EarlyReply, Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
 use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
 use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
@@ -15,7 +15,7 @@ use ractor::rpc::CallResult;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::Semaphore;
@@ -119,7 +119,9 @@ enum Mode {
 }
 
 struct Sink {
-    w: OwnedWriteHalf,
+    /// Shared with early replies (see [`EarlySubmit`]); every write goes
+    /// through `&OwnedWriteHalf`.
+    w: Arc<OwnedWriteHalf>,
     mode: Mode,
     scope: Option<Arc<Scope>>,
 }
@@ -127,11 +129,8 @@ struct Sink {
 impl Sink {
     async fn send(&mut self, resp: &Response) -> Result<(), FrameError> {
         match self.mode {
-            Mode::Binary => nonblocking::write_frame(&mut self.w, resp).await,
-            Mode::Json => {
-                self.w.write_all(&framing::json_line(resp)?).await?;
-                Ok(())
-            }
+            Mode::Binary => Ok(write_all(&self.w, &framing::frame(resp)?).await?),
+            Mode::Json => Ok(write_all(&self.w, &framing::json_line(resp)?).await?),
         }
     }
 
@@ -162,7 +161,11 @@ async fn connection(
     } else {
         Mode::Binary
     };
-    let mut sink = Sink { w, mode, scope };
+    let mut sink = Sink {
+        w: Arc::new(w),
+        mode,
+        scope,
+    };
     let peer_uid = peer.map(|c| c.uid());
     if peer_uid != Some(ctx.uid) && peer_uid != Some(0) {
         tracing::warn!(
@@ -429,7 +432,7 @@ const HANGUP_CHECK: Duration = Duration::from_secs(5);
 /// [`HANGUP_CHECK`] (a failed write ends it sooner), ends the stream.
 async fn peer_done(sink: &Sink) {
     use std::os::fd::AsRawFd;
-    let stream: &UnixStream = sink.w.as_ref();
+    let stream: &UnixStream = (*sink.w).as_ref();
     let fd = stream.as_raw_fd();
     loop {
         if stream.readable().await.is_err() {
@@ -637,14 +640,19 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 ))
             } else {
                 let origin = sink.scope.as_deref().map(Scope::child);
-                ask(ctx, |reply| SchedulerMsg::Submit {
+                let early = matches!(sink.mode, Mode::Binary).then(|| EarlySubmit::new(&sink.w));
+                let answer = ask(ctx, |reply| SchedulerMsg::Submit {
                     plan,
                     idempotency_key,
                     origin,
                     reply,
+                    early: early.as_ref().map(EarlySubmit::reply),
                 })
-                .await
-                .map(|(id, duplicate)| Response::PlanSubmitted { id, duplicate })
+                .await;
+                if let Some(rest) = early.and_then(|e| e.finish()) {
+                    return Ok(write_all(&sink.w, &rest).await?);
+                }
+                answer.map(|(id, duplicate)| Response::PlanSubmitted { id, duplicate })
             }
         }
         Request::PlanStatus { id } => ctx.reader.status(&id).map(|plan| Response::Plan { plan }),
@@ -778,6 +786,97 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
     match answer {
         Ok(resp) => sink.send(&resp).await,
         Err(r) => sink.error(r.code, r.message).await,
+    }
+}
+
+/// Writes all of `buf` to the shared write half.
+async fn write_all(w: &OwnedWriteHalf, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        w.writable().await?;
+        match w.try_write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A submit acknowledged from the commit thread: once the plan is durable
+/// it writes `plan_submitted` to the client's socket itself, without
+/// blocking, instead of waking this connection's task to write it. That
+/// takes a cross-CPU wake-up off the acknowledgement of a lone writer
+/// (`flytoctl submit_plan`). What the socket did not take is left for the
+/// task to write.
+struct EarlySubmit {
+    w: Arc<OwnedWriteHalf>,
+    state: Arc<std::sync::Mutex<Early>>,
+}
+
+enum Early {
+    Waiting,
+    /// The frame is written but for these bytes.
+    Written(Vec<u8>),
+    /// The task answered by itself (the call failed or timed out): a late
+    /// continuation must not write.
+    Abandoned,
+}
+
+impl EarlySubmit {
+    fn new(w: &Arc<OwnedWriteHalf>) -> EarlySubmit {
+        EarlySubmit {
+            w: w.clone(),
+            state: Arc::new(std::sync::Mutex::new(Early::Waiting)),
+        }
+    }
+
+    fn reply(&self) -> EarlyReply {
+        let w = self.w.clone();
+        let state = self.state.clone();
+        Box::new(move |answer| {
+            // With many clients at once, one runtime thread writing all
+            // their answers in a row costs less CPU than this.
+            let Ok((id, duplicate)) = answer else {
+                return;
+            };
+            if !flyto_actors::store::lone_writer() {
+                return;
+            }
+            let resp = Response::PlanSubmitted {
+                id: id.clone(),
+                duplicate: *duplicate,
+            };
+            let Ok(frame) = framing::frame(&resp) else {
+                return;
+            };
+            let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+            if !matches!(*state, Early::Waiting) {
+                return;
+            }
+            let mut sent = 0;
+            while sent < frame.len() {
+                match w.try_write(&frame[sent..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sent += n,
+                }
+            }
+            // Nothing written: the task sends the whole answer as usual
+            // (and sees any socket error itself).
+            if sent > 0 {
+                *state = Early::Written(frame[sent..].to_vec());
+            }
+        })
+    }
+
+    /// What is left to write of the early answer, if it was (partly)
+    /// written; otherwise the task answers as usual.
+    fn finish(self) -> Option<Vec<u8>> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *state, Early::Abandoned) {
+            Early::Written(rest) => Some(rest),
+            Early::Waiting | Early::Abandoned => None,
+        }
     }
 }
 

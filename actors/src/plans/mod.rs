@@ -18,7 +18,7 @@ pub mod store;
 pub mod validate;
 
 pub use reader::PlanReader;
-pub use scheduler::{SchedulerActor, SchedulerArgs, SchedulerMsg};
+pub use scheduler::{EarlyReply, SchedulerActor, SchedulerArgs, SchedulerMsg};
 pub use store::{PlanStore, SledPlanStore};
 
 use flyto_protocol::ErrorCode;

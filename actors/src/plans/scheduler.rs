@@ -5,7 +5,7 @@ use super::agent_step::{self, AgentStep};
 use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, plan_log_dir, step_log_path};
 use super::reader::{PlanReader, Queue, Slot};
-use super::validate::{Limits, validate};
+use super::validate::{Limits, Workdirs, validate_in};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
 use crate::store::AfterSync;
@@ -19,6 +19,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
+/// Run on the commit thread once a submit's answer is final (after its
+/// sync), just before `reply` gets it: the server writes the answer to the
+/// client's socket from there, so the acknowledgement does not wait for a
+/// runtime thread to wake up first.
+pub type EarlyReply = Early<(String, bool)>;
+pub type Early<T> = Box<dyn FnOnce(&Result<T, Reject>) + Send>;
+
 pub enum SchedulerMsg {
     Submit {
         plan: PlanSpec,
@@ -27,6 +34,7 @@ pub enum SchedulerMsg {
         /// scoped plan socket); `None` for a user.
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<(String, bool), Reject>>,
+        early: Option<EarlyReply>,
     },
     /// By id or name; answers (id, state, already finished).
     Cancel {
@@ -100,6 +108,7 @@ pub struct SchedulerState {
     drain: Option<Vec<RpcReplyPort<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
     sockets: Arc<dyn PlanSockets>,
+    workdirs: Workdirs,
 }
 
 struct ActivePlan {
@@ -137,6 +146,7 @@ impl Actor for SchedulerActor {
             drain: None,
             sweeper: None,
             sockets: args.sockets,
+            workdirs: Workdirs::default(),
         };
         state.recover()?;
         state.sweep()?;
@@ -170,12 +180,13 @@ impl Actor for SchedulerActor {
                 idempotency_key,
                 origin,
                 reply,
+                early,
             } => {
                 let answer = state.submit(plan, idempotency_key, origin, None);
                 let started = answer.is_ok();
-                state.reply_after_sync(reply, answer);
+                state.reply_after_sync_then(reply, answer, early);
                 if started {
-                    state.pump(&myself)?;
+                    state.pump_after_submit(&myself)?;
                 }
             }
             SchedulerMsg::Cancel { id, reply } => state.cancel(&id, reply, &myself)?,
@@ -245,6 +256,16 @@ impl SchedulerState {
         reply: RpcReplyPort<Result<T, Reject>>,
         answer: Result<T, Reject>,
     ) {
+        self.reply_after_sync_then(reply, answer, None);
+    }
+
+    /// Like `reply_after_sync`; `early` sees the final answer first.
+    fn reply_after_sync_then<T: Send + 'static>(
+        &self,
+        reply: RpcReplyPort<Result<T, Reject>>,
+        answer: Result<T, Reject>,
+        early: Option<Early<T>>,
+    ) {
         let then: AfterSync = Box::new(move |synced| {
             let answer = match synced {
                 Ok(()) => answer,
@@ -253,6 +274,9 @@ impl SchedulerState {
                     format!("could not make the change durable: {e}"),
                 )),
             };
+            if let Some(early) = early {
+                early(&answer);
+            }
             let _ = reply.send(answer);
         });
         self.reader.store.after_sync(then);
@@ -385,7 +409,8 @@ impl SchedulerState {
             default_max_attempts: self.config.default_max_attempts.max(1),
             default_workdir: self.config.default_workdir.clone(),
         };
-        let steps = validate(&spec, &limits).map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
+        let steps = validate_in(&spec, &limits, &mut self.workdirs)
+            .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
         let id = self.next_id;
         let rec = PlanRecord {
             id,
@@ -572,7 +597,6 @@ impl SchedulerState {
                 .get(id)
                 .is_some_and(|p| p.rec.state == PlanState::Running)
         });
-        let max_plans = self.config.max_parallel_plans.max(1);
         // Running plans first; the work per message does not grow with
         // the queue, as pending plans are only looked at while a slot is
         // free (and child plans only when their parent level runs).
@@ -581,28 +605,64 @@ impl SchedulerState {
             self.advance(id, draining, now, myself)?;
         }
         if !draining {
-            loop {
-                let normal = self
-                    .started
-                    .iter()
-                    .filter(|id| self.active.get(id).is_some_and(|p| !p.extra))
-                    .count();
-                let next = if normal < max_plans {
-                    self.queue().pending.first().copied()
-                } else {
-                    None
-                };
-                let (id, extra) = match next {
-                    Some(id) => (id, false),
-                    None => match self.next_child() {
-                        Some(id) => (id, true),
-                        None => break,
-                    },
-                };
-                self.start_plan(id, extra, now);
-                self.advance(id, draining, now, myself)?;
-            }
+            self.start_pending(now, myself)?;
         }
+        self.publish_queue(draining);
+        Ok(())
+    }
+
+    /// What `pump` does after a submit: the running plans are as they were,
+    /// so only the new plan can start, and the queue's readers need a new
+    /// snapshot only if it did. This keeps a stream of submits behind busy
+    /// slots from advancing every running plan and rebuilding the snapshot
+    /// once per submit.
+    fn pump_after_submit(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.start_pending(self.now(), myself)? {
+            self.publish_queue(false);
+        }
+        Ok(())
+    }
+
+    /// Gives free slots to pending plans, oldest first; says whether any
+    /// started.
+    fn start_pending(
+        &mut self,
+        now: u64,
+        myself: &ActorRef<SchedulerMsg>,
+    ) -> Result<bool, ActorProcessingErr> {
+        let max_plans = self.config.max_parallel_plans.max(1);
+        let mut any = false;
+        loop {
+            let normal = self
+                .started
+                .iter()
+                .filter(|id| self.active.get(id).is_some_and(|p| !p.extra))
+                .count();
+            let next = if normal < max_plans {
+                self.queue().pending.first().copied()
+            } else {
+                None
+            };
+            let (id, extra) = match next {
+                Some(id) => (id, false),
+                None => match self.next_child() {
+                    Some(id) => (id, true),
+                    None => break,
+                },
+            };
+            self.start_plan(id, extra, now);
+            self.advance(id, false, now, myself)?;
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Publishes the queue's running plans and limits for readers.
+    fn publish_queue(&mut self, draining: bool) {
+        let max_plans = self.config.max_parallel_plans.max(1);
         self.reader
             .steps_running
             .store(self.running_steps() as u64, Ordering::Relaxed);
@@ -622,7 +682,6 @@ impl SchedulerState {
         q.running = running;
         q.max_plans = max_plans;
         q.draining = draining;
-        Ok(())
     }
 
     /// The oldest pending child plan that may take a child slot: its

@@ -4,7 +4,9 @@
 use super::model::{StepAction, StepRecord};
 use crate::tools::env::is_secret_name;
 use flyto_protocol::{PlanSpec, StepState};
+use std::collections::HashMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -15,7 +17,53 @@ pub struct Limits {
     pub default_workdir: String,
 }
 
+/// How long a workdir found to be a directory is taken to stay one.
+const WORKDIR_FRESH: Duration = Duration::from_secs(1);
+/// Workdirs remembered at most (a submitter using many directories only
+/// pays the `statx` it paid before).
+const WORKDIRS_KEPT: usize = 64;
+
+/// Workdirs recently found to be directories: a stream of submits in the
+/// same directory costs one `statx` a second instead of one each (about
+/// 1 us of flytod CPU per acknowledged submit). The check at submit only
+/// catches typos early; a directory removed later fails its step when the
+/// step starts.
+#[derive(Debug, Default)]
+pub struct Workdirs {
+    seen: HashMap<String, Instant>,
+}
+
+impl Workdirs {
+    pub fn is_dir(&mut self, path: &str) -> bool {
+        let now = Instant::now();
+        let fresh = |t: &Instant| now.duration_since(*t) < WORKDIR_FRESH;
+        if self.seen.get(path).is_some_and(fresh) {
+            return true;
+        }
+        if !Path::new(path).is_dir() {
+            self.seen.remove(path);
+            return false;
+        }
+        if self.seen.len() >= WORKDIRS_KEPT {
+            self.seen.retain(|_, t| fresh(t));
+        }
+        if self.seen.len() < WORKDIRS_KEPT {
+            self.seen.insert(path.to_owned(), now);
+        }
+        true
+    }
+}
+
 pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, String> {
+    validate_in(spec, limits, &mut Workdirs::default())
+}
+
+/// [`validate`], remembering the workdirs it checked in `workdirs`.
+pub fn validate_in(
+    spec: &PlanSpec,
+    limits: &Limits,
+    workdirs: &mut Workdirs,
+) -> Result<Vec<StepRecord>, String> {
     spec.check()?;
     if spec.steps.len() > limits.max_steps {
         return Err(format!(
@@ -75,7 +123,7 @@ pub fn validate(spec: &PlanSpec, limits: &Limits) -> Result<Vec<StepRecord>, Str
                 "step `{id}`: workdir `{workdir}` is relative: give an absolute path"
             ));
         }
-        if !path.is_dir() {
+        if !workdirs.is_dir(&workdir) {
             return Err(format!(
                 "step `{id}`: workdir {workdir} does not exist or is not a directory: create it or fix the path"
             ));
@@ -206,6 +254,28 @@ mod tests {
             steps[0].env,
             vec![("A".into(), "plan".into()), ("B".into(), "step".into())]
         );
+    }
+
+    #[test]
+    fn a_workdir_removed_after_its_check_is_refused_once_the_check_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w");
+        std::fs::create_dir(&path).unwrap();
+        let path = path.to_str().unwrap().to_owned();
+        let mut workdirs = Workdirs::default();
+        assert!(workdirs.is_dir(&path));
+        std::fs::remove_dir(&path).unwrap();
+        // Remembered: no statx for the next submits.
+        assert!(workdirs.is_dir(&path));
+        workdirs
+            .seen
+            .insert(path.clone(), Instant::now() - WORKDIR_FRESH);
+        assert!(!workdirs.is_dir(&path));
+        assert!(
+            !workdirs.is_dir(&path),
+            "a missing directory is not remembered"
+        );
+        assert!(!workdirs.is_dir("/definitely/not/here"));
     }
 
     #[test]

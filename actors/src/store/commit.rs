@@ -60,6 +60,20 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// after a group of several (see [`Writer::gather`]).
 const GATHER_MAX: Duration = Duration::from_micros(500);
 
+thread_local! {
+    /// Records in the group whose continuations the commit thread is
+    /// running (0 elsewhere); see [`lone_writer`].
+    static GROUP_RECORDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the continuation calling this runs after the sync of a lone
+/// record (a single writer, nothing gathered). Replies may then take the
+/// shortest way to their client; after a group of many, the runtime's own
+/// batched writes are cheaper.
+pub fn lone_writer() -> bool {
+    GROUP_RECORDS.with(|n| n.get() == 1)
+}
+
 /// A poisoned lock only means another thread panicked while holding it;
 /// the data it guards stays consistent (a record is appended in full or
 /// not at all).
@@ -502,7 +516,9 @@ impl Writer {
             let group = self.wait();
             let records = group.upto - self.taken;
             self.taken = group.upto;
+            GROUP_RECORDS.with(|n| n.set(records));
             let result = self.group(group.upto);
+            GROUP_RECORDS.with(|n| n.set(0));
             // Gather the next group only after one of several records: a
             // lone writer (one record per sync) waits for nothing.
             self.gather = (result.is_ok() && records >= 2).then(|| Gather {
