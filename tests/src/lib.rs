@@ -274,6 +274,21 @@ impl TestEnv {
         }
     }
 
+    /// Every plan the main socket lists (newest first, the default limit).
+    pub fn plans(&self) -> Vec<flyto_protocol::PlanSummary> {
+        match self
+            .client()
+            .call(&flyto_protocol::Request::PlanList {
+                state: None,
+                limit: None,
+            })
+            .expect("plan_list")
+        {
+            flyto_protocol::Response::Plans { plans, .. } => plans,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+
     /// Waits until plan `id` satisfies `pred`, returning that view.
     pub fn wait_plan(
         &self,

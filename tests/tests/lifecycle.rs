@@ -178,17 +178,7 @@ fn submits_during_the_drain_are_answered_unavailable() {
     let plan = env.status(&id);
     assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
     assert_eq!(plan.steps[0].stdout_tail, "drained\n");
-    let all = match env
-        .client()
-        .call(&Request::PlanList {
-            state: None,
-            limit: None,
-        })
-        .expect("plan_list")
-    {
-        Response::Plans { plans, .. } => plans,
-        other => panic!("unexpected answer {other:?}"),
-    };
+    let all = env.plans();
     assert_eq!(all.len(), 1, "{all:?}");
 }
 

@@ -6,26 +6,12 @@
 // Test helpers panic to fail the test.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use flyto_tests::flyto_protocol::{PlanState, PlanSummary, Request, Response};
+use flyto_tests::flyto_protocol::PlanState;
 use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
 
 /// Child plans must run while their parent waits (`--wait`).
 const CONFIG: &str =
     "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nmax_parallel_plans = 4\nkill_grace = \"200ms\"\n";
-
-fn plans(env: &TestEnv) -> Vec<PlanSummary> {
-    match env
-        .client()
-        .call(&Request::PlanList {
-            state: None,
-            limit: None,
-        })
-        .expect("plan_list")
-    {
-        Response::Plans { plans, .. } => plans,
-        other => panic!("unexpected {other:?}"),
-    }
-}
 
 /// Children of `pid` that exited and were not reaped.
 fn zombie_children(pid: i32) -> Vec<i32> {
@@ -76,7 +62,8 @@ fn a_nested_step_cannot_leave_its_scope_for_the_main_socket() {
     assert!(out.contains("user_unset=0"), "{view:?}");
     assert!(out.contains("user_socket=0"), "{view:?}");
 
-    let nested = plans(&env)
+    let nested = env
+        .plans()
         .into_iter()
         .find(|p| p.id != top)
         .expect("the nested plan");
@@ -188,7 +175,7 @@ fn a_nested_step_is_served_only_on_its_own_plan_socket() {
         "{view:?}"
     );
     assert!(
-        plans(&env)
+        env.plans()
             .iter()
             .all(|p| !env.status(&p.id).steps[0].stdout_tail.contains("hopped")),
         "a plan was submitted through a foreign plan socket"

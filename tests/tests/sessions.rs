@@ -782,17 +782,7 @@ fn a_tool_child_submits_a_plan_through_flyto_plan_sock() {
     let content = request_tool_result(&requests[1], "call_nest");
     assert!(content.contains("nested"), "{content}");
 
-    let plans = match env
-        .client()
-        .call(&Request::PlanList {
-            state: None,
-            limit: None,
-        })
-        .expect("plan_list")
-    {
-        Response::Plans { plans, .. } => plans,
-        other => panic!("unexpected answer {other:?}"),
-    };
+    let plans = env.plans();
     assert_eq!(plans.len(), 1, "{plans:#?}");
     let view = env.status(&plans[0].id);
     assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");
