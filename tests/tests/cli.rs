@@ -27,7 +27,8 @@ fn quote(arg: &str) -> String {
 
 /// `flytoctl args` on a pty (util-linux `script`), its input from a pipe.
 fn spawn_in_pty(env: &TestEnv, args: &[&str], extra: &[(&str, &str)]) -> Child {
-    let mut line = quote(bin("flytoctl").to_str().unwrap());
+    // `exec`: no shell left between the pty and flytoctl (see chat_in_pty).
+    let mut line = format!("exec {}", quote(bin("flytoctl").to_str().unwrap()));
     for arg in args {
         line.push(' ');
         line.push_str(&quote(arg));
@@ -416,8 +417,10 @@ fn completions_and_kebab_case_aliases() {
 /// `flytoctl chat` in a new session on a pty; its line history under `state`.
 fn chat_in_pty(env: &TestEnv, state: &std::path::Path) -> Running {
     let mut cmd = Command::new("script");
+    // `exec`: the terminal's Ctrl-C must reach flytoctl alone; a shell left
+    // in between (dash, when SHELL is unset) would die of it.
     let line = format!(
-        "{} chat --workdir {}",
+        "exec {} chat --workdir {}",
         quote(bin("flytoctl").to_str().unwrap()),
         quote(env.work.to_str().unwrap())
     );
