@@ -42,6 +42,9 @@ pub struct ChatArgs {
     pub model: Option<String>,
 
     #[command(flatten)]
+    pub sandbox: cmd_session::SandboxArgs,
+
+    #[command(flatten)]
     pub show: ShowArgs,
 }
 
@@ -364,6 +367,7 @@ fn session_for(ctx: &Ctx, args: &ChatArgs) -> Result<String> {
         args.name.clone(),
         args.workdir.as_deref(),
         args.model.clone(),
+        &args.sandbox,
     )?;
     Ok(session.id)
 }

@@ -42,6 +42,22 @@ pub struct NewArgs {
     /// Model profile, or a role such as `main` or `fast` [default: the role `main`]
     #[arg(long, value_name = "PROFILE")]
     pub model: Option<String>,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// How a new session's commands are confined.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SandboxArgs {
+    /// Sandbox of the session's commands: workspace-write (write only in the
+    /// workdir and TMPDIR), read-only, or off [default: `[sandbox] profile`]
+    #[arg(long, value_name = "PROFILE", value_parser = ["workspace-write", "read-only", "off"])]
+    pub sandbox: Option<String>,
+
+    /// Deny the session's commands TCP connect and bind [default: `[sandbox] network`]
+    #[arg(long)]
+    pub no_network: bool,
 }
 
 /// How a streamed run is shown.
@@ -177,7 +193,13 @@ pub struct CompactArgs {
 }
 
 pub fn new(ctx: &Ctx, args: NewArgs) -> Result<u8> {
-    let session = create(ctx, args.name, args.workdir.as_deref(), args.model)?;
+    let session = create(
+        ctx,
+        args.name,
+        args.workdir.as_deref(),
+        args.model,
+        &args.sandbox,
+    )?;
     output::stdout(&format!("{}\n", session.id))?;
     Ok(exit::SUCCESS)
 }
@@ -188,11 +210,14 @@ pub fn create(
     name: Option<String>,
     workdir: Option<&Path>,
     model: Option<String>,
+    sandbox: &SandboxArgs,
 ) -> Result<SessionView> {
     let req = Request::SessionNew {
         name,
         workdir: Some(workdir_or_cwd(workdir)?),
         model,
+        sandbox: sandbox.sandbox.clone(),
+        network: sandbox.no_network.then_some(false),
     };
     match ctx.request(&req)? {
         Response::Session { session } => Ok(session),

@@ -227,11 +227,13 @@ pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
         max_attempts: opts.max_attempts,
         workdir,
         env: Default::default(),
+        sandbox: None,
     };
     let plan = PlanSpec {
         name: opts.name,
         steps: vec![step],
         env: Default::default(),
+        sandbox: None,
     };
     check("the command line", &plan)?;
     Ok(plan)

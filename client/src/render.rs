@@ -276,6 +276,7 @@ pub fn stats(s: &DaemonStats) -> String {
         ("breakers open", s.breakers_open.to_string()),
         ("scheduler restarts", s.scheduler_restarts.to_string()),
         ("database size", bytes(s.db_bytes)),
+        ("sandbox", s.sandbox.clone()),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out: String = rows
@@ -447,6 +448,7 @@ build stderr:
             sessions_live: 1,
             input_tokens: 12_345,
             cost_usd: 0.5,
+            sandbox: "landlock ABI 7, mount namespace".into(),
             ..Default::default()
         });
         assert!(text.contains("\nsessions:           3\n"), "{text}");
@@ -454,7 +456,11 @@ build stderr:
         assert!(text.contains("\ninput tokens:       12345\n"), "{text}");
         assert!(text.contains("\ncost:               $0.5000\n"), "{text}");
         assert!(text.contains("\ndraining:           no\n"), "{text}");
-        assert!(text.ends_with("database size:      2.0 KiB\n"), "{text}");
+        assert!(text.contains("\ndatabase size:      2.0 KiB\n"), "{text}");
+        assert!(
+            text.ends_with("sandbox:            landlock ABI 7, mount namespace\n"),
+            "{text}"
+        );
         assert!(!text.contains("contexts"), "{text}");
 
         let text = stats(&DaemonStats {

@@ -702,6 +702,7 @@ fn chat_reads_one_message_per_line() {
             name,
             workdir,
             model,
+            ..
         } => {
             assert_eq!(name, &None);
             assert!(workdir.as_deref().unwrap().starts_with('/'));
@@ -752,6 +753,7 @@ fn sessions_new_list_history_cancel_and_names() {
             name,
             workdir,
             model,
+            ..
         } => {
             assert_eq!(name.as_deref(), Some("work"));
             assert_eq!(workdir.as_deref(), Some("/"));

@@ -6,6 +6,7 @@ use flyto_actors::plans::PlanConfig;
 use flyto_actors::session::SessionConfig;
 use flyto_actors::supervisor::RestartPolicy;
 use flyto_actors::tools::policy::{PermissionsConfig, Policy};
+use flyto_actors::tools::sandbox::{Profile, SandboxConfig};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,8 @@ pub struct Config {
     pub roles: Roles,
     /// What the agent's `bash` tool may run.
     pub permissions: PermissionsConfig,
+    /// How the processes agents start are confined.
+    pub sandbox: SandboxConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,6 +112,9 @@ pub struct PlansSection {
     /// How deep plans submitted by agents and steps (through their
     /// `FLYTO_PLAN_SOCK`) may nest.
     pub max_depth: u32,
+    /// Sandbox profile of `run` steps of plans users submit (`off`,
+    /// `workspace-write`, `read-only`) when the plan names none.
+    pub sandbox: Profile,
 }
 
 impl Default for PlansSection {
@@ -126,6 +132,7 @@ impl Default for PlansSection {
             log_max_bytes: d.log_max_bytes,
             default_workdir: None,
             max_depth: d.max_depth,
+            sandbox: d.sandbox,
         }
     }
 }
@@ -262,6 +269,8 @@ impl Config {
             log_max_bytes: p.log_max_bytes,
             plan_socket: socket.display().to_string(),
             max_depth: p.max_depth,
+            sandbox: p.sandbox,
+            sandbox_network: self.sandbox.network,
             ..PlanConfig::default()
         };
         if let Some(dir) = &p.default_workdir {
@@ -291,6 +300,8 @@ impl Config {
             default_model: s.default_model.clone(),
             plan_socket: socket.display().to_string(),
             approval_timeout: s.approval_timeout,
+            sandbox_profile: self.sandbox.profile,
+            sandbox_network: self.sandbox.network,
         }
     }
 

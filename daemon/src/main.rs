@@ -172,6 +172,70 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     runtime.block_on(serve(cli, loaded))
 }
 
+/// Tells the sandbox what to hide and allow; says so when the kernel
+/// cannot confine agents' commands.
+fn configure_sandbox(
+    config: &config::Config,
+    state_dir: &std::path::Path,
+    config_path: &std::path::Path,
+    socket_path: &std::path::Path,
+    support: &flyto_actors::tools::sandbox::Support,
+) {
+    use flyto_actors::tools::sandbox::{self, Host};
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(std::path::PathBuf::from);
+    let abs = |p: std::path::PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    let mut hidden = vec![abs(state_dir.to_path_buf()), abs(config_path.to_path_buf())];
+    hidden.extend(config_path.parent().map(|p| abs(p.to_path_buf())));
+    hidden.extend(socket_path.parent().map(|p| abs(p.to_path_buf())));
+    if let Some(home) = &home {
+        hidden.extend(sandbox::default_hidden(home).into_iter().map(abs));
+    }
+    hidden.extend(
+        config
+            .sandbox
+            .hidden
+            .iter()
+            .map(|p| abs(sandbox::expand(p, home.as_deref()))),
+    );
+    hidden.sort();
+    hidden.dedup();
+    let writable = config
+        .sandbox
+        .writable
+        .iter()
+        .map(|p| abs(sandbox::expand(p, home.as_deref())))
+        .collect();
+    if support.landlock_abi == 0 {
+        if config.sandbox.require {
+            tracing::error!(
+                "sandbox {}: agents' commands will be refused ([sandbox] require = true)",
+                support.describe()
+            );
+        } else {
+            tracing::warn!(
+                "sandbox {}: agents' commands run unconfined; set [sandbox] require = true to refuse them instead",
+                support.describe()
+            );
+        }
+    } else if !support.userns {
+        tracing::warn!("sandbox: {}", support.describe());
+    }
+    if !config.sandbox.network && (1..4).contains(&support.landlock_abi) {
+        tracing::warn!(
+            "[sandbox] network = false is not enforced: this kernel's Landlock ABI {} cannot deny TCP (ABI 4 can)",
+            support.landlock_abi
+        );
+    }
+    sandbox::configure(Host {
+        support: support.clone(),
+        hidden,
+        writable,
+        require: config.sandbox.require,
+    });
+}
+
 async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let started = Instant::now();
     let config = loaded.config;
@@ -182,6 +246,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     paths::make_private(&state_dir)?;
     let _lock = lock::acquire(&state_dir)?;
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
+    let support = flyto_actors::tools::sandbox::probe();
+    configure_sandbox(&config, &state_dir, &loaded.path, &socket_path, &support);
 
     // One clock for every actor, so they agree on what time it is.
     let clock = clock_from_env()?;
@@ -357,6 +423,13 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         if let Ok(mut c) = session_deps.config.write() {
                             *c = new.config.session_config(&socket_path);
                         }
+                        configure_sandbox(
+                            &new.config,
+                            &state_dir,
+                            &new.path,
+                            &socket_path,
+                            &flyto_actors::tools::sandbox::probe(),
+                        );
                         if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
                             let _ = ActorRef::<SchedulerMsg>::from(cell)
                                 .cast(SchedulerMsg::Reconfigure(pc));

@@ -47,7 +47,13 @@ impl DaemonPlanSockets {
 }
 
 impl PlanSockets for DaemonPlanSockets {
-    fn open(&self, owner: &str, chain: &str, depth: u32) -> Option<String> {
+    fn open(
+        &self,
+        owner: &str,
+        chain: &str,
+        depth: u32,
+        sandbox: Option<flyto_actors::tools::sandbox::SandboxSpec>,
+    ) -> Option<String> {
         let mut open = self.open.lock().ok()?;
         if let Some((path, _)) = open.get(owner) {
             return Some(path.display().to_string());
@@ -68,6 +74,7 @@ impl PlanSockets for DaemonPlanSockets {
             chain: chain.to_string(),
             depth,
             socket: path.display().to_string(),
+            sandbox,
         });
         let task = self
             .runtime

@@ -44,6 +44,8 @@ pub struct Scope {
     pub depth: u32,
     /// The socket's path, as given in `FLYTO_PLAN_SOCK`.
     pub socket: String,
+    /// The owner's confinement: plans submitted here keep it.
+    pub sandbox: Option<flyto_actors::tools::sandbox::SandboxSpec>,
 }
 
 impl Scope {
@@ -52,6 +54,7 @@ impl Scope {
         Origin {
             chain: self.chain.clone(),
             depth: self.depth + 1,
+            sandbox: self.sandbox.clone(),
         }
     }
 
@@ -697,24 +700,38 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             name,
             workdir,
             model,
+            sandbox,
+            network,
         } => {
             // Refused here as well as in the manager: the manager hears of
             // the drain a moment after requests start being refused.
+            let profile = sandbox
+                .as_deref()
+                .map(flyto_actors::tools::sandbox::Profile::parse)
+                .transpose();
             if ctx.draining.load(Ordering::SeqCst) {
                 Err(Reject::new(
                     ErrorCode::Unavailable,
                     "flytod is shutting down: create the session again once it has restarted",
                 ))
             } else {
-                session_call(ctx, |reply| ManagerMsg::New {
-                    name,
-                    workdir,
-                    model,
-                    chain: None,
-                    reply,
-                })
-                .await
-                .map(|session| Response::Session { session })
+                match profile {
+                    Err(m) => Err(Reject::new(ErrorCode::BadRequest, m)),
+                    Ok(profile) => session_call(ctx, |reply| ManagerMsg::New {
+                        name,
+                        workdir,
+                        model,
+                        chain: None,
+                        sandbox: flyto_actors::session::SessionSandbox {
+                            profile,
+                            network,
+                            write_roots: None,
+                        },
+                        reply,
+                    })
+                    .await
+                    .map(|session| Response::Session { session }),
+                }
             }
         }
         Request::SessionSend {
@@ -882,6 +899,7 @@ impl EarlySubmit {
 
 async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
     let c = ctx.reader.counts()?;
+    let sandbox = flyto_actors::tools::sandbox::probe();
     let t = session_call(ctx, |reply| ManagerMsg::Totals { reply })
         .await
         .unwrap_or_default();
@@ -913,6 +931,8 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             compactions: t.compactions,
             contexts: t.contexts,
             disk_syncs: c.disk_syncs,
+            sandbox: sandbox.describe(),
+            landlock_abi: sandbox.landlock_abi.max(0) as u32,
         },
     })
 }

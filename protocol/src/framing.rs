@@ -211,6 +211,7 @@ mod tests {
             name: Some("p".into()),
             steps: vec![step],
             env: [("PATH".to_string(), "/bin".to_string())].into(),
+            sandbox: Some("read-only".into()),
         };
         let view = PlanView {
             id: "p1".into(),
@@ -265,6 +266,8 @@ mod tests {
                 name: Some("n".into()),
                 workdir: None,
                 model: Some("fast".into()),
+                sandbox: Some("read-only".into()),
+                network: Some(false),
             },
             Request::SessionSend {
                 id: "s1".into(),

@@ -46,4 +46,4 @@ pub use types::*;
 /// plan env, names, restart, remove, queue positions, `Plans::total` and
 /// the per-outcome step counts of `PlanSummary`, session approvals,
 /// `session_delete`, message times, `DaemonStats::disk_syncs`).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;

@@ -42,6 +42,10 @@ pub enum Request {
         name: Option<String>,
         workdir: Option<String>,
         model: Option<String>,
+        /// Sandbox profile of its tools' processes; unset: `[sandbox]`.
+        sandbox: Option<String>,
+        /// `Some(false)`: no TCP connect or bind; unset: `[sandbox]`.
+        network: Option<bool>,
     },
     /// Starts a run with a user message and streams its events until it
     /// ends, then `End`. `Conflict` while a run is active.
@@ -478,6 +482,11 @@ pub struct PlanSpec {
     /// of flytod's filtered environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Sandbox profile of the plan's `run` steps (`workspace-write`,
+    /// `read-only`, `off`); unset: `[plans] sandbox`. A plan an agent
+    /// submits is never less confined than the agent.
+    #[serde(default)]
+    pub sandbox: Option<String>,
 }
 
 impl PlanSpec {
@@ -646,6 +655,9 @@ pub struct StepSpec {
     pub workdir: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// This step's sandbox profile, over the plan's.
+    #[serde(default)]
+    pub sandbox: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -821,6 +833,11 @@ pub struct DaemonStats {
     /// commits and checkpoints); over the submits acknowledged meanwhile,
     /// how many acknowledgements share one sync.
     pub disk_syncs: u64,
+    /// How agents' processes are confined here: "landlock ABI 7, mount
+    /// namespace", or why they are not.
+    pub sandbox: String,
+    /// The kernel's Landlock ABI; 0: none.
+    pub landlock_abi: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

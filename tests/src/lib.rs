@@ -305,13 +305,12 @@ impl TestEnv {
     /// A one-step `run` plan.
     pub fn run_plan(command: &str) -> flyto_protocol::PlanSpec {
         flyto_protocol::PlanSpec {
-            name: None,
-            env: Default::default(),
             steps: vec![flyto_protocol::StepSpec {
                 id: "main".into(),
                 run: Some(command.into()),
                 ..Default::default()
             }],
+            ..Default::default()
         }
     }
 }

@@ -64,6 +64,8 @@ pub fn try_new_session(env: &TestEnv, dir: &Path) -> Result<SessionView, ClientE
             name: None,
             workdir: Some(dir.display().to_string()),
             model: None,
+            sandbox: None,
+            network: None,
         })
         .map(|r| match r {
             Response::Session { session } => session,

@@ -258,6 +258,7 @@ fn plan(steps: Vec<StepSpec>) -> PlanSpec {
         name: None,
         steps,
         env: Default::default(),
+        sandbox: None,
     }
 }
 

@@ -111,6 +111,7 @@ fn two_step_plan(i: usize) -> PlanSpec {
                 ..Default::default()
             },
         ],
+        sandbox: None,
     }
 }
 
@@ -294,6 +295,7 @@ fn a_step_out_of_attempts_fails_after_sigkill() {
             max_attempts: Some(1),
             ..Default::default()
         }],
+        sandbox: None,
     });
     wait_until("the step to start", DEADLINE, || {
         (lines(&starts) == 1).then_some(())
@@ -372,6 +374,7 @@ fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
             max_attempts: Some(2),
             ..Default::default()
         }],
+        sandbox: None,
     });
     let last = env.submit(PlanSpec {
         name: None,
@@ -382,6 +385,7 @@ fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
             max_attempts: Some(1),
             ..Default::default()
         }],
+        sandbox: None,
     });
     for id in [&again, &last] {
         env.wait_plan(id, "step running", |p| {

@@ -511,6 +511,7 @@ fn an_agent_step_records_the_whole_text_of_a_continued_reply() {
             workdir: Some(dir.display().to_string()),
             ..Default::default()
         }],
+        sandbox: None,
     });
     let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
     assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");

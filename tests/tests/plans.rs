@@ -374,6 +374,7 @@ fn status_watch_follows_a_plan_to_the_end_in_plain_lines() {
             run_step("a", &wait_for_file(&go), &[]),
             run_step("b", "echo b done", &["a"]),
         ],
+        sandbox: None,
     });
 
     let mut watcher = spawn_ctl(&env, &["plan_status", &id, "--watch"]);
@@ -427,6 +428,7 @@ fn plan_watch_sends_a_snapshot_then_ordered_events_then_end() {
             run_step("a", &wait_for_file(&go), &[]),
             run_step("b", "echo b", &["a"]),
         ],
+        sandbox: None,
     });
 
     let mut client = env.client();
@@ -719,6 +721,7 @@ fn a_step_timeout_fails_the_step_with_exit_code_124() {
             timeout_secs: Some(1),
             ..run_step("slow", "sleep 30", &[])
         }],
+        sandbox: None,
     });
     let view = env.wait_plan(&id, "finished", |p| p.state.is_terminal());
     assert!(
@@ -1019,6 +1022,7 @@ fn agent_steps_of_a_plan_share_its_session() {
                 ..Default::default()
             },
         ],
+        sandbox: None,
     };
     let id = env.submit(plan);
     let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));

@@ -430,6 +430,7 @@ fn the_api_key_stays_out_of_logs_events_history_and_tool_children() {
             ),
             ..Default::default()
         }],
+        sandbox: None,
     });
     let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
     assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");

@@ -91,12 +91,13 @@ fn a_nested_step_cannot_leave_its_scope_for_the_main_socket() {
 }
 
 /// An agent's `bash` is confined whatever the session's depth: neither
-/// form reaches the main socket.
+/// form reaches the main socket. With the sandbox off, so that flytod's own
+/// peer check is what refuses (the sandbox also hides the socket).
 #[test]
 fn an_agents_bash_cannot_reach_the_main_socket() {
     use flyto_tests::fake_llm::Reply;
     use flyto_tests::sessions_support::{
-        done, new_session, request_tool_result, send, setup, workdir,
+        done, new_session, request_tool_result, send, setup_with, workdir,
     };
     let ctl = bin("flytoctl").display().to_string();
     // And another chain's plan socket (a running plan's, below).
@@ -106,14 +107,17 @@ fn an_agents_bash_cannot_reach_the_main_socket() {
          for s in $(dirname $FLYTO_PLAN_SOCK)/plan-p*.sock; do \
            FLYTO_PLAN_SOCK=$s {ctl} plan_list; echo other=$?; done"
     );
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call(
-            "call_escape",
-            "bash",
-            serde_json::json!({ "command": command }),
-        ),
-        Reply::text("refused, as it should be"),
-    ]);
+    let (fake, env, _daemon) = setup_with(
+        "[sandbox]\nprofile = \"off\"\n",
+        vec![
+            Reply::tool_call(
+                "call_escape",
+                "bash",
+                serde_json::json!({ "command": command }),
+            ),
+            Reply::text("refused, as it should be"),
+        ],
+    );
     let other = env.submit(TestEnv::run_plan("sleep 300"));
     env.wait_plan(&other, "the other plan to run", |p| {
         p.state == PlanState::Running

@@ -162,6 +162,7 @@ fn without_a_model_sessions_and_agent_steps_say_what_to_set() {
             workdir: Some(dir.display().to_string()),
             ..Default::default()
         }],
+        sandbox: None,
     });
     let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
     assert_eq!(view.state, PlanState::Failed, "{view:#?}");
@@ -741,6 +742,7 @@ fn an_agent_step_writes_a_file_that_the_next_run_step_checks() {
                 ..Default::default()
             },
         ],
+        sandbox: None,
     });
     let view = env.wait_plan(&plan, "terminal", |p| p.state.is_terminal());
     assert_eq!(view.state, PlanState::Succeeded, "{view:#?}");
@@ -1540,6 +1542,7 @@ fn an_agent_step_retried_after_a_crash_sends_its_prompt_once() {
             ..Default::default()
         }],
         env: Default::default(),
+        sandbox: None,
     });
     let name = format!("plan {plan}");
     let id = wait_until("the step's session to run its tool", DEADLINE, || {

@@ -22,6 +22,8 @@ pub struct AgentStep {
     pub chain: String,
     pub depth: u32,
     pub timeout: Duration,
+    /// The step's confinement, for the session it creates or may use.
+    pub sandbox: Option<crate::session::SessionSandbox>,
 }
 
 fn failed(message: String) -> Outcome {
@@ -59,10 +61,12 @@ pub async fn run(
         .unwrap_or_else(|| format!("plan {}", step.plan));
     let workdir = step.workdir.clone();
     let chain = Some((step.chain.clone(), step.depth));
+    let sandbox = step.sandbox.clone();
     let id = ask(&manager, |reply| ManagerMsg::ByName {
         name,
         workdir,
         chain,
+        sandbox,
         reply,
     })
     .await;

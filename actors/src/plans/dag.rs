@@ -116,6 +116,7 @@ mod tests {
             idempotency_key: None,
             steps,
             restarted_from: None,
+            sandboxes: Vec::new(),
         }
     }
 

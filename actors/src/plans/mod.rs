@@ -45,6 +45,10 @@ pub struct PlanConfig {
     pub plan_socket: String,
     /// How deep plans submitted by agents and steps may nest.
     pub max_depth: u32,
+    /// `[plans] sandbox`: the profile of `run` steps of plans users submit
+    /// when the plan names none; and `[sandbox] network` for them.
+    pub sandbox: crate::tools::sandbox::Profile,
+    pub sandbox_network: bool,
 }
 
 impl Default for PlanConfig {
@@ -62,6 +66,8 @@ impl Default for PlanConfig {
             default_workdir: std::env::var("HOME").unwrap_or_else(|_| "/".into()),
             plan_socket: String::new(),
             max_depth: 3,
+            sandbox: crate::tools::sandbox::Profile::Off,
+            sandbox_network: true,
         }
     }
 }
@@ -72,6 +78,8 @@ impl Default for PlanConfig {
 pub struct Origin {
     pub chain: String,
     pub depth: u32,
+    /// The submitter's confinement, which its plan's steps keep.
+    pub sandbox: Option<crate::tools::sandbox::SandboxSpec>,
 }
 
 /// Per-scope plan sockets, opened by the daemon (the only part that knows
@@ -79,8 +87,15 @@ pub struct Origin {
 /// `FLYTO_PLAN_SOCK`. It serves plan requests only, sees only plans of
 /// `chain`, and submits at `depth + 1`.
 pub trait PlanSockets: Send + Sync + 'static {
-    /// The socket's path, or `None` when it could not be opened.
-    fn open(&self, key: &str, chain: &str, depth: u32) -> Option<String>;
+    /// The socket's path, or `None` when it could not be opened. Plans
+    /// submitted through it are confined by at least `sandbox`.
+    fn open(
+        &self,
+        key: &str,
+        chain: &str,
+        depth: u32,
+        sandbox: Option<crate::tools::sandbox::SandboxSpec>,
+    ) -> Option<String>;
     fn close(&self, key: &str);
 }
 
@@ -88,7 +103,13 @@ pub trait PlanSockets: Send + Sync + 'static {
 pub struct NoPlanSockets;
 
 impl PlanSockets for NoPlanSockets {
-    fn open(&self, _key: &str, _chain: &str, _depth: u32) -> Option<String> {
+    fn open(
+        &self,
+        _key: &str,
+        _chain: &str,
+        _depth: u32,
+        _sandbox: Option<crate::tools::sandbox::SandboxSpec>,
+    ) -> Option<String> {
         None
     }
     fn close(&self, _key: &str) {}

@@ -1,10 +1,12 @@
 //! Plan and step records as stored, and how they look to clients.
 
+use crate::tools::sandbox::SandboxSpec;
 use flyto_protocol::{PlanSpec, PlanState, PlanSummary, PlanView, StepSpec, StepState, StepView};
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-pub const PLAN_FORMAT_VERSION: u32 = 3;
+/// 4: the steps' confinement (`sandboxes`).
+pub const PLAN_FORMAT_VERSION: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
@@ -23,6 +25,55 @@ pub struct PlanRecord {
     pub depth: u32,
     /// Added in format 3: the plan `plan_restart` made this one from.
     pub restarted_from: Option<u64>,
+    /// Added in format 4: each confined step and its sandbox, resolved at
+    /// submit (a step not listed runs unconfined).
+    pub sandboxes: Vec<(String, SandboxSpec)>,
+}
+
+impl PlanRecord {
+    /// The sandbox of step `id`, if it has one.
+    pub fn sandbox_of(&self, id: &str) -> Option<&SandboxSpec> {
+        self.sandboxes.iter().find(|(s, _)| s == id).map(|(_, b)| b)
+    }
+}
+
+/// Format 3, before steps had a sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecordV3 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub state: PlanState,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub revision: u64,
+    pub idempotency_key: Option<String>,
+    pub steps: Vec<StepRecord>,
+    pub chain: String,
+    pub depth: u32,
+    pub restarted_from: Option<u64>,
+}
+
+impl From<PlanRecordV3> for PlanRecord {
+    fn from(v3: PlanRecordV3) -> PlanRecord {
+        PlanRecord {
+            id: v3.id,
+            name: v3.name,
+            state: v3.state,
+            reason: v3.reason,
+            created_ms: v3.created_ms,
+            started_ms: v3.started_ms,
+            finished_ms: v3.finished_ms,
+            revision: v3.revision,
+            idempotency_key: v3.idempotency_key,
+            steps: v3.steps,
+            chain: v3.chain,
+            depth: v3.depth,
+            restarted_from: v3.restarted_from,
+            sandboxes: Vec::new(),
+        }
+    }
 }
 
 /// Format 2, before steps had an environment and plans a predecessor.
@@ -58,6 +109,7 @@ impl From<PlanRecordV2> for PlanRecord {
             chain: v2.chain,
             depth: v2.depth,
             restarted_from: None,
+            sandboxes: Vec::new(),
         }
     }
 }
@@ -310,6 +362,7 @@ impl PlanRecord {
         PlanSpec {
             name: self.name.clone(),
             env: Default::default(),
+            sandbox: None,
             steps: self
                 .steps
                 .iter()
@@ -330,6 +383,7 @@ impl PlanRecord {
                         max_attempts: Some(s.max_attempts),
                         workdir: Some(s.workdir.clone()),
                         env: s.env.iter().cloned().collect(),
+                        sandbox: self.sandbox_of(&s.id).map(|b| b.profile.name().to_string()),
                     }
                 })
                 .collect(),
@@ -404,6 +458,7 @@ mod tests {
             chain: "p1".into(),
             depth: 1,
             restarted_from: Some(3),
+            sandboxes: Vec::new(),
             steps: vec![
                 step(
                     "a",

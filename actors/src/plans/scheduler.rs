@@ -8,9 +8,11 @@ use super::reader::{PlanReader, Queue, Slot};
 use super::validate::{Limits, Workdirs, validate_in};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
+use crate::session::SessionSandbox;
 use crate::store::AfterSync;
 use crate::tools::env::child_env;
 use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
+use crate::tools::sandbox::{Profile, SandboxSpec, tmpdir_for};
 use flyto_protocol::{ErrorCode, PlanSpec, PlanState, PlanView, StepState};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -412,6 +414,14 @@ impl SchedulerState {
         let steps = validate_in(&spec, &limits, &mut self.workdirs)
             .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
         let id = self.next_id;
+        let sandboxes = resolve_sandboxes(
+            &spec,
+            &steps,
+            origin.as_ref().and_then(|o| o.sandbox.as_ref()),
+            &self.config,
+            &format_id(id),
+        )
+        .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
         let rec = PlanRecord {
             id,
             name: spec.name,
@@ -428,6 +438,7 @@ impl SchedulerState {
                 .map_or_else(|| format_id(id), |o| o.chain.clone()),
             depth: origin.as_ref().map_or(0, |o| o.depth),
             restarted_from,
+            sandboxes,
         };
         if let Some(k) = &rec.idempotency_key {
             if k.is_empty() || k.len() > 256 {
@@ -779,6 +790,15 @@ impl SchedulerState {
         let config = &self.config;
         let log_dir = self.reader.log_dir.clone();
         let ap = self.active.get_mut(&plan)?;
+        let step_sandbox = ap.rec.sandbox_of(&ap.rec.steps.get(i)?.id).cloned();
+        // Children of any confined step are confined.
+        let children_sandbox = ap
+            .rec
+            .sandboxes
+            .iter()
+            .map(|(_, b)| b)
+            .find(|b| !b.is_off())
+            .cloned();
         let step = &mut ap.rec.steps[i];
         step.started_ms = Some(now);
         step.finished_ms = None;
@@ -802,6 +822,11 @@ impl SchedulerState {
                 chain: ap.rec.chain.clone(),
                 depth: ap.rec.depth,
                 timeout: Duration::from_secs(step.timeout_secs),
+                sandbox: step_sandbox.as_ref().map(|b| SessionSandbox {
+                    profile: Some(b.profile),
+                    network: Some(b.network),
+                    write_roots: Some(b.write_roots.clone()),
+                }),
             }),
         };
         let command = match &step.action {
@@ -827,7 +852,12 @@ impl SchedulerState {
         let marker = step_marker(plan, &step_id);
         let plan_sock = self
             .sockets
-            .open(&format_id(plan), &ap.rec.chain, ap.rec.depth)
+            .open(
+                &format_id(plan),
+                &ap.rec.chain,
+                ap.rec.depth,
+                children_sandbox,
+            )
             .unwrap_or_else(|| config.plan_socket.clone());
         let flyto = [
             ("FLYTO_PLAN_SOCK".to_string(), plan_sock),
@@ -854,6 +884,7 @@ impl SchedulerState {
             log_max: config.log_max_bytes,
             tail_max: config.output_tail_bytes,
             confined: ap.rec.depth >= 1,
+            sandbox: step_sandbox.filter(|b| !b.is_off()),
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         ap.running.insert(step_id.clone(), Some(cancel_tx));
@@ -1085,4 +1116,55 @@ fn socket_dir(socket: &str) -> String {
 /// leftovers of an interrupted attempt.
 fn step_marker(plan: u64, step: &str) -> String {
     format!("{}/{step}", format_id(plan))
+}
+
+/// Each step's confinement. A plan from a confined submitter keeps the
+/// submitter's sandbox (its write roots, TMPDIR and network) and may only
+/// tighten the profile; a user's plan gets the profile it names (step over
+/// plan over `[plans] sandbox`), writing in the step's own workdir.
+fn resolve_sandboxes(
+    spec: &flyto_protocol::PlanSpec,
+    steps: &[super::model::StepRecord],
+    inherited: Option<&SandboxSpec>,
+    config: &PlanConfig,
+    plan_id: &str,
+) -> Result<Vec<(String, SandboxSpec)>, String> {
+    let named = |name: &Option<String>, what: &str| {
+        name.as_deref()
+            .map(Profile::parse)
+            .transpose()
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let plan_profile = named(&spec.sandbox, "the plan's `sandbox`")?;
+    let mut out = Vec::new();
+    for (step_spec, step) in spec.steps.iter().zip(steps) {
+        let asked = named(
+            &step_spec.sandbox,
+            &format!("step `{}`: `sandbox`", step.id),
+        )?
+        .or(plan_profile);
+        let sandbox = match inherited {
+            Some(from) => {
+                let profile = asked.map_or(from.profile, |p| from.profile.stricter(p));
+                SandboxSpec {
+                    profile,
+                    ..from.clone()
+                }
+            }
+            // An agent step's session gets `[sandbox]` unless one is named.
+            None if matches!(step.action, StepAction::Agent { .. }) && asked.is_none() => continue,
+            None => SandboxSpec {
+                profile: asked.unwrap_or(config.sandbox),
+                write_roots: vec![step.workdir.clone().into()],
+                tmpdir: Some(tmpdir_for(plan_id)),
+                network: config.sandbox_network,
+            },
+        };
+        // An agent step keeps an explicit `off` (its session would default
+        // to `[sandbox]` otherwise).
+        if !sandbox.is_off() || matches!(step.action, StepAction::Agent { .. }) {
+            out.push((step.id.clone(), sandbox));
+        }
+    }
+    Ok(out)
 }

@@ -14,7 +14,7 @@
 //! (written before they existed) gets them from a scan of the state index
 //! at open.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2};
+use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2, PlanRecordV3};
 use crate::store::{
     AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
 };
@@ -187,6 +187,7 @@ impl SledPlanStore {
             |found, body| match found {
                 1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
                 2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
+                3 => decode_body::<PlanRecordV3>(body).map(PlanRecord::from),
                 _ => Err(format!("no migration from plan format {found}")),
             },
         )
@@ -507,6 +508,7 @@ mod tests {
                 env: Vec::new(),
             }],
             restarted_from: None,
+            sandboxes: Vec::new(),
         }
     }
 

@@ -4,7 +4,9 @@
 
 use super::SessionDeps;
 use super::actor::{SessionActor, SessionArgs, SessionMsg, recover};
-use super::model::{SessionRecord, SessionStatus, format_id, message_view, parse_id};
+use super::model::{
+    SessionRecord, SessionSandbox, SessionStatus, format_id, message_view, parse_id,
+};
 use crate::llm::Usage;
 use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionView};
@@ -22,6 +24,7 @@ pub enum ManagerMsg {
         model: Option<String>,
         /// Chain id and depth for sessions started by plans.
         chain: Option<(String, u32)>,
+        sandbox: SessionSandbox,
         reply: RpcReplyPort<Result<SessionView, Reject>>,
     },
     /// The live actor of a session, started if needed.
@@ -35,6 +38,9 @@ pub enum ManagerMsg {
         workdir: String,
         /// Chain and depth for a session this creates.
         chain: Option<(String, u32)>,
+        /// The confinement of the plan that asks: a session it creates gets
+        /// it; with one set, only a session of the same chain is used.
+        sandbox: Option<SessionSandbox>,
         reply: RpcReplyPort<Result<String, Reject>>,
     },
     List {
@@ -135,9 +141,10 @@ impl Actor for SessionManager {
                 workdir,
                 model,
                 chain,
+                sandbox,
                 reply,
             } => {
-                let answer = state.create(name, workdir, model, chain);
+                let answer = state.create(name, workdir, model, chain, sandbox);
                 match answer {
                     Ok(view) => state.deps.store.after_sync(Box::new(move |synced| {
                         let _ = reply.send(synced.map(|_| view).map_err(Reject::internal));
@@ -155,6 +162,7 @@ impl Actor for SessionManager {
                 name,
                 workdir,
                 chain,
+                sandbox,
                 reply,
             } => {
                 let existing = state
@@ -165,12 +173,31 @@ impl Actor for SessionManager {
                     .map(|all| {
                         all.into_iter()
                             .find(|r| r.name.as_deref() == Some(name.as_str()))
-                            .map(|r| format_id(r.id))
                     });
                 let answer = match existing {
-                    Ok(Some(id)) => Ok(id),
+                    // A confined plan may not borrow a looser session.
+                    Ok(Some(r))
+                        if sandbox.is_some()
+                            && chain
+                                .as_ref()
+                                .is_some_and(|(c, depth)| *depth >= 1 && *c != r.chain) =>
+                    {
+                        Err(Reject::new(
+                            ErrorCode::PermissionDenied,
+                            format!(
+                                "session `{name}` belongs to another chain: a plan submitted by an agent may use only sessions of its own chain; leave out `session` to get a new one"
+                            ),
+                        ))
+                    }
+                    Ok(Some(r)) => Ok(format_id(r.id)),
                     Ok(None) => state
-                        .create(Some(name), Some(workdir), None, chain)
+                        .create(
+                            Some(name),
+                            Some(workdir),
+                            None,
+                            chain,
+                            sandbox.unwrap_or_default(),
+                        )
                         .map(|v| v.id),
                     Err(e) => Err(e),
                 };
@@ -322,6 +349,7 @@ impl ManagerState {
         workdir: Option<String>,
         model: Option<String>,
         chain: Option<(String, u32)>,
+        sandbox: SessionSandbox,
     ) -> Result<SessionView, Reject> {
         if self.draining {
             return Err(Reject::new(
@@ -388,6 +416,7 @@ impl ManagerState {
             chain,
             depth,
             context: Default::default(),
+            sandbox,
         };
         self.deps
             .store

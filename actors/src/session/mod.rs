@@ -29,6 +29,7 @@ pub mod store;
 
 pub use actor::{SessionActor, SessionMsg, Subscription};
 pub use manager::{ManagerMsg, SESSION_MANAGER_NAME, SessionManager};
+pub use model::SessionSandbox;
 pub use store::{SessionStore, SledSessionStore};
 
 use crate::clock::Clock;
@@ -56,6 +57,10 @@ pub struct SessionConfig {
     pub plan_socket: String,
     /// How long an `ask` waits for an attached person's answer.
     pub approval_timeout: Duration,
+    /// `[sandbox] profile` and `network`: what a session that names no
+    /// sandbox gets.
+    pub sandbox_profile: crate::tools::sandbox::Profile,
+    pub sandbox_network: bool,
 }
 
 impl Default for SessionConfig {
@@ -69,6 +74,8 @@ impl Default for SessionConfig {
             default_model: "main".into(),
             plan_socket: String::new(),
             approval_timeout: Duration::from_secs(300),
+            sandbox_profile: crate::tools::sandbox::Profile::WorkspaceWrite,
+            sandbox_network: true,
         }
     }
 }

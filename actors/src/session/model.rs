@@ -6,8 +6,8 @@ use flyto_protocol::{BlockView, MessageView, SessionView};
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-/// 2: the compaction state (`context`).
-pub const SESSION_FORMAT_VERSION: u32 = 2;
+/// 2: the compaction state (`context`). 3: the sandbox choice (`sandbox`).
+pub const SESSION_FORMAT_VERSION: u32 = 3;
 /// Messages have their own version. 2: each message keeps the time it was
 /// stored ([`StoredMessage`]); format 1 was a bare [`Message`].
 pub const MESSAGE_FORMAT_VERSION: u32 = 2;
@@ -49,6 +49,64 @@ pub struct SessionRecord {
     pub depth: u32,
     /// Token count, summary and trimming of the model-visible window.
     pub context: ContextState,
+    /// How its tools' processes are confined.
+    pub sandbox: SessionSandbox,
+}
+
+/// A session's sandbox choice; `None` takes `[sandbox]` at each run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSandbox {
+    pub profile: Option<crate::tools::sandbox::Profile>,
+    pub network: Option<bool>,
+    /// Where its commands may write; unset: the session's workdir. Set for
+    /// the session of an agent step in a plan an agent submitted: that
+    /// agent's workdir, whatever the step's.
+    pub write_roots: Option<Vec<std::path::PathBuf>>,
+}
+
+/// A session record as format 2 wrote it (before the sandbox choice).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecordV2 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub workdir: String,
+    pub model: String,
+    pub status: SessionStatus,
+    pub error: Option<String>,
+    pub next_idx: u64,
+    pub context_base_idx: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub runs: u64,
+    pub chain: String,
+    pub depth: u32,
+    pub context: ContextState,
+}
+
+impl From<SessionRecordV2> for SessionRecord {
+    fn from(v2: SessionRecordV2) -> SessionRecord {
+        SessionRecord {
+            id: v2.id,
+            name: v2.name,
+            workdir: v2.workdir,
+            model: v2.model,
+            status: v2.status,
+            error: v2.error,
+            next_idx: v2.next_idx,
+            context_base_idx: v2.context_base_idx,
+            usage: v2.usage,
+            cost_usd: v2.cost_usd,
+            created_ms: v2.created_ms,
+            updated_ms: v2.updated_ms,
+            runs: v2.runs,
+            chain: v2.chain,
+            depth: v2.depth,
+            context: v2.context,
+            sandbox: SessionSandbox::default(),
+        }
+    }
 }
 
 /// A session record as format 1 wrote it (before compaction).
@@ -91,6 +149,7 @@ impl From<SessionRecordV1> for SessionRecord {
             chain: v1.chain,
             depth: v1.depth,
             context: ContextState::default(),
+            sandbox: SessionSandbox::default(),
         }
     }
 }
@@ -210,6 +269,7 @@ mod tests {
             chain: "c1".into(),
             depth: 0,
             context,
+            sandbox: Default::default(),
         }
     }
 

@@ -534,6 +534,7 @@ mod tests {
             env: vec![],
             cancel: CancellationToken::new(),
             approver: None,
+            sandbox: None,
         };
         Fixture {
             registry,

@@ -266,6 +266,7 @@ async fn drive(
         )
     })?;
     let id = format_id(rec.id);
+    let sandbox = sandbox_spec(&config, rec, &workdir);
     let ctx = ToolContext {
         workdir: workdir.clone(),
         env: child_env(
@@ -274,7 +275,7 @@ async fn drive(
                 (
                     "FLYTO_PLAN_SOCK".into(),
                     deps.sockets
-                        .open(&id, &rec.chain, rec.depth)
+                        .open(&id, &rec.chain, rec.depth, sandbox.clone())
                         .unwrap_or_else(|| config.plan_socket.clone()),
                 ),
                 ("FLYTO_SESSION_ID".into(), id.clone()),
@@ -287,7 +288,13 @@ async fn drive(
             emit: emit.clone(),
             timeout: config.approval_timeout,
         })),
+        sandbox,
     };
+    if ctx.sandbox.is_some()
+        && let Some(why) = crate::tools::sandbox::degraded()
+    {
+        emit.emit(SessionEvent::Notice { message: why });
+    }
     let system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
     let workdir_text = workdir.display().to_string();
     let check = Check {
@@ -597,6 +604,27 @@ async fn stream_one(
             },
         }
     }
+}
+
+/// The confinement of a session's commands: its own choice over
+/// `[sandbox]`; `None` when off.
+fn sandbox_spec(
+    config: &super::SessionConfig,
+    rec: &SessionRecord,
+    workdir: &std::path::Path,
+) -> Option<crate::tools::sandbox::SandboxSpec> {
+    use crate::tools::sandbox::{Profile, SandboxSpec, tmpdir_for};
+    let profile = rec.sandbox.profile.unwrap_or(config.sandbox_profile);
+    (profile != Profile::Off).then(|| SandboxSpec {
+        profile,
+        write_roots: rec
+            .sandbox
+            .write_roots
+            .clone()
+            .unwrap_or_else(|| vec![workdir.to_path_buf()]),
+        tmpdir: Some(tmpdir_for(&format_id(rec.id))),
+        network: rec.sandbox.network.unwrap_or(config.sandbox_network),
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! indexes are big-endian so keys sort numerically.
 
 use super::model::{
-    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1, StoredMessage,
+    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1,
+    SessionRecordV2, StoredMessage,
 };
 use crate::llm::Message;
 use crate::store::{
@@ -103,6 +104,7 @@ fn migrate_message(found: u32, body: &[u8]) -> Result<StoredMessage, String> {
 fn migrate_record(found: u32, body: &[u8]) -> Result<SessionRecord, String> {
     match found {
         1 => decode_body::<SessionRecordV1>(body).map(SessionRecord::from),
+        2 => decode_body::<SessionRecordV2>(body).map(SessionRecord::from),
         other => no_migration(other, body),
     }
 }
@@ -250,6 +252,7 @@ mod tests {
             chain: "s1".into(),
             depth: 0,
             context: Default::default(),
+            sandbox: Default::default(),
         }
     }
 

@@ -235,6 +235,7 @@ async fn run_command(
         tail_max: limit / 2,
         // The agent's commands reach flytod only through FLYTO_PLAN_SOCK.
         confined: true,
+        sandbox: ctx.sandbox.clone(),
     };
 
     let pgid = Arc::new(AtomicI32::new(0));
@@ -255,13 +256,21 @@ async fn run_command(
     guard.armed = false;
 
     let output = combined_output(&log_path, &outcome, limit);
-    let body = if output.is_empty() {
+    let mut body = if output.is_empty() {
         "(no output)\n".to_string()
     } else if output.ends_with('\n') {
         output
     } else {
         format!("{output}\n")
     };
+    // The kernel's refusal reads like any other; say where it came from.
+    if let Some(sandbox) = &ctx.sandbox
+        && !sandbox.is_off()
+        && looks_refused(&body)
+    {
+        body.push_str(&sandbox.refusal_note());
+        body.push('\n');
+    }
     match outcome.exit {
         Exit::Code(0) => ToolOutput::ok(format!("{body}exit code 0")),
         Exit::Code(code) => ToolOutput::error(format!("{body}exit code {code}")),
@@ -282,6 +291,17 @@ async fn run_command(
             ToolOutput::error(format!("bash: the command could not be started: {why}"))
         }
     }
+}
+
+/// Whether output carries the errors a sandbox refusal produces.
+fn looks_refused(output: &str) -> bool {
+    [
+        "Permission denied",
+        "Read-only file system",
+        "Operation not permitted",
+    ]
+    .iter()
+    .any(|e| output.contains(e))
 }
 
 /// The output as the model sees it: everything when it fits in `limit`
@@ -354,6 +374,7 @@ mod tests {
             ],
             cancel: CancellationToken::new(),
             approver: None,
+            sandbox: None,
         }
     }
 

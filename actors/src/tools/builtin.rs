@@ -107,6 +107,7 @@ pub(crate) mod test_support {
             env: Vec::new(),
             cancel: CancellationToken::new(),
             approver: None,
+            sandbox: None,
         }
     }
 

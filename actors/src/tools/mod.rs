@@ -21,6 +21,7 @@ pub mod grep;
 pub mod policy;
 pub mod process;
 pub mod read;
+pub mod sandbox;
 pub mod secrets;
 pub mod shell;
 pub mod write;
@@ -44,6 +45,8 @@ pub struct ToolContext {
     /// Who may approve an `ask` command; `None` (plans, tests): no one, so
     /// an ask is a refusal.
     pub approver: Option<Arc<dyn Approver>>,
+    /// The confinement of the processes the tools start.
+    pub sandbox: Option<sandbox::SandboxSpec>,
 }
 
 /// How a request for a person's approval ended.

@@ -210,6 +210,8 @@ pub struct CommandSpec {
     pub tail_max: usize,
     /// An agent's tool or a nested plan's step (see [`Spawn::confined`]).
     pub confined: bool,
+    /// The kernel confinement of the whole process tree; `None`: none.
+    pub sandbox: Option<super::sandbox::SandboxSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,6 +249,32 @@ pub async fn run(
     } else {
         "/bin/sh"
     };
+    let plan_sock = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "FLYTO_PLAN_SOCK")
+        .map(|(_, v)| std::path::PathBuf::from(v));
+    let prepared = match spec
+        .sandbox
+        .as_ref()
+        .map(|s| super::sandbox::prepare(s, plan_sock.as_deref()))
+    {
+        Some(Ok(p)) => p.map(std::sync::Arc::new),
+        Some(Err(e)) => {
+            return Outcome {
+                exit: Exit::SpawnFailed(e.to_string()),
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                log_truncated: false,
+            };
+        }
+        None => None,
+    };
+    let tmpdir = spec
+        .sandbox
+        .as_ref()
+        .filter(|_| prepared.is_some())
+        .and_then(|s| s.tmpdir.clone());
     let mut cmd = tokio::process::Command::new(shell);
     cmd.arg("-c")
         .arg(&spec.command)
@@ -257,8 +285,12 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if let Some(tmp) = &tmpdir {
+        cmd.env("TMPDIR", tmp);
+    }
     // SAFETY: setsid, prctl, getppid, setrlimit and umask are
-    // async-signal-safe; the closure only calls them.
+    // async-signal-safe; the closure only calls them, and the sandbox's
+    // raw syscalls on what was built before the fork.
     unsafe {
         let nofile = CHILD_NOFILE.get().copied();
         let umask = CHILD_UMASK.get().copied();
@@ -286,6 +318,10 @@ pub async fn run(
             }
             if let Some(mask) = umask {
                 libc::umask(mask);
+            }
+            // Last: Landlock forbids the mounts it needs before it.
+            if let Some(sandbox) = &prepared {
+                sandbox.apply()?;
             }
             Ok(())
         });
@@ -582,6 +618,7 @@ mod tests {
             log_max: 1024,
             tail_max: 8,
             confined: false,
+            sandbox: None,
         }
     }
 

@@ -264,6 +264,8 @@ impl Conn {
                 name: None,
                 workdir: Some(workdir.display().to_string()),
                 model: model.map(str::to_string),
+                sandbox: None,
+                network: None,
             })
             .await?
         {

@@ -339,9 +339,8 @@ fn stat_cpu_ns(pid: i32) -> u64 {
 
 fn one_step(step: StepSpec) -> PlanSpec {
     PlanSpec {
-        name: None,
-        env: Default::default(),
         steps: vec![step],
+        ..Default::default()
     }
 }
 
