@@ -9,6 +9,7 @@ mod guards;
 mod lifecycle;
 mod plans;
 mod providers;
+mod sandbox;
 mod scope;
 mod secret_guard;
 mod sessions;

@@ -456,12 +456,18 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
             .collect(),
         Profile::ReadOnly | Profile::Off => spec.tmpdir.iter().cloned().collect(),
     };
-    // A hidden path that holds a writable one (a workdir inside the state
-    // directory) cannot be hidden without hiding the work.
+    // A hidden path that holds the work (a workdir inside the config's
+    // folder, say) cannot be hidden without hiding the work.
     let hidden: Vec<&PathBuf> = host
         .hidden
         .iter()
-        .filter(|h| !writable.iter().any(|w| w.starts_with(h)))
+        .filter(|h| {
+            !spec
+                .write_roots
+                .iter()
+                .chain(writable.iter())
+                .any(|w| w.starts_with(h))
+        })
         .filter(|h| h.symlink_metadata().is_ok())
         .collect();
     let namespace = if support.userns {
@@ -638,7 +644,8 @@ fn mount_one(m: &Mount) -> std::io::Result<()> {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 c"size=64k,mode=0755".as_ptr().cast(),
             ),
-            // Read-only, so a write is refused (not swallowed by /dev/null).
+            // nodev: opening it fails (EACCES) rather than reading as
+            // empty or swallowing a write as /dev/null would.
             Mount::DevNull(target) => {
                 let r = libc::mount(
                     c"/dev/null".as_ptr(),
@@ -654,7 +661,12 @@ fn mount_one(m: &Mount) -> std::io::Result<()> {
                         std::ptr::null(),
                         target.as_ptr(),
                         std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        libc::MS_BIND
+                            | libc::MS_REMOUNT
+                            | libc::MS_RDONLY
+                            | libc::MS_NODEV
+                            | libc::MS_NOSUID
+                            | libc::MS_NOEXEC,
                         std::ptr::null(),
                     )
                 }
