@@ -54,6 +54,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .build()
         .context("tokio runtime")?;
     println!("load average at the start: {}", loadavg());
+    // First, while this process is as small as a fresh flytod.
+    crate::sandbox::run(&rt)?;
     let server = StreamServer::spawn(args.deltas, args.interval)?;
     streaming(&rt, &server, args)?;
     idle_sessions(&rt, &server, args.sessions)?;

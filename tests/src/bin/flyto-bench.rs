@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../bench/compaction.rs"]
 mod compaction;
+#[path = "../bench/sandbox.rs"]
+mod sandbox;
 #[path = "../bench/sessions.rs"]
 mod sessions;
 #[path = "../bench/stream_server.rs"]
