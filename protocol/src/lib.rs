@@ -45,5 +45,6 @@ pub use types::*;
 /// (2: `ContextView::head_from_idx`; 3: issue 10's foundation fixes:
 /// plan env, names, restart, remove, queue positions, `Plans::total` and
 /// the per-outcome step counts of `PlanSummary`, session approvals,
-/// `session_delete`, message times, `DaemonStats::disk_syncs`).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: issue
+/// 11's agent sandbox: `policy_check`).
+pub const PROTOCOL_VERSION: u32 = 4;
