@@ -428,7 +428,18 @@ mod tests {
     fn policy_check_takes_the_command_after_dashes() {
         let parse = |args: &[&str]| Cli::try_parse_from(args);
         assert!(parse(&["flytoctl", "policy_check", "--", "rm -rf /"]).is_ok());
-        assert!(parse(&["flytoctl", "policy_check", "--json", "--workdir", "/", "--", "ls"]).is_ok());
+        assert!(
+            parse(&[
+                "flytoctl",
+                "policy_check",
+                "--json",
+                "--workdir",
+                "/",
+                "--",
+                "ls"
+            ])
+            .is_ok()
+        );
         assert!(parse(&["flytoctl", "policy_check"]).is_err());
         assert!(parse(&["flytoctl", "policy_check", "rm"]).is_err());
         match parse(&["flytoctl", "policy_check", "--", "git", "push", "-f"])

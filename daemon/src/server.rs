@@ -9,8 +9,8 @@ use flyto_actors::tools::bash::SharedPolicy;
 use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
 use flyto_protocol::{
-    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, PolicyCheckView, Request,
-    Response, Verdict,
+    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, PolicyCheckView, Request, Response,
+    Verdict,
 };
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
