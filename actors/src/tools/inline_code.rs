@@ -218,13 +218,7 @@ pub fn scan(lang: Language, code: &str) -> Vec<Action> {
         }
         let name: String = chars[start..i].iter().collect();
         let last = name.rsplit('.').next().unwrap_or(&name);
-        let kind = full_name(lang, &name).or_else(|| {
-            last_name(lang, last).map(|k| match k {
-                // Only its full name makes a computed argument a command.
-                Run if lang == Language::Python => RunIfLiteral,
-                k => k,
-            })
-        });
+        let kind = full_name(lang, &name).or_else(|| last_name(lang, last));
         let Some(kind) = kind else {
             continue;
         };

@@ -4,7 +4,9 @@
 //!
 //! A command line is parsed by [`super::shell`] into every simple command it
 //! would run (through pipes, lists, substitutions, `bash -c`, heredocs,
-//! wrappers such as `sudo` and `xargs`), and each one is judged:
+//! wrappers such as `sudo`, `xargs`, `parallel`, `flock`, `chroot`, the
+//! remote command of `ssh host cmd`, and what an interpreter's inline code
+//! obviously runs or deletes), and each one is judged:
 //!
 //! 1. `deny` rules and `deny_paths` → **deny**
 //! 2. built-in checks of the deny level → **deny**
@@ -48,6 +50,16 @@
 //! Built-in checks are not overridden by `allow` rules (a broad "rm *" must
 //! not unlock `rm -rf /`); they are switched off one by one with
 //! `allow_builtin`.
+//!
+//! Where a target cannot be known — paths `xargs` or `parallel` read from
+//! their input, a path computed by inline code — a deny-level check asks
+//! instead, and says why. A remote command (`ssh`) is judged as the worst
+//! case: as if the other host's paths were this machine's, relative ones
+//! from the home directory. `--help`/`--version` forms and image files
+//! (`mkfs.ext4 disk.img`) are not refused.
+//!
+//! [`Policy::check`] is the one decision: the `bash` tool acts on it and
+//! `flytoctl policy_check` reports it (verdict, rule id, parsed commands).
 //!
 //! **Invariant**: the policy is a guard rail, not a sandbox. It sees what the
 //! command line says, not what programs do: it does not follow `cd`, read

@@ -8,10 +8,15 @@
 //! quotes, assignments, parameter defaults and arithmetic), process
 //! substitutions, heredocs, and code handed to another interpreter:
 //! `bash -c '...'`, `sh -c`, `eval`, `su -c`, `watch`, a heredoc or
-//! here-string fed to a shell, `echo '...' | sh`. Wrappers (`sudo`, `env`,
-//! `xargs`, `timeout`, `nice`, `nohup`, `command`, `exec`, `find -exec`, ...)
-//! are recorded and so is the command they wrap. Output redirections are
-//! recorded with their targets.
+//! here-string fed to a shell, `echo '...' | sh`, `ssh host cmd`, `flock -c`,
+//! `parallel`. Wrappers (`sudo`, `doas`, `env`, `xargs`, `timeout`, `nice`,
+//! `ionice`, `nohup`, `setsid`, `stdbuf`, `chroot`, `flock`, `command`,
+//! `exec`, `busybox`, `find -exec`, ...) are recorded and so is the command
+//! they wrap; arguments filled in from input (`xargs`, `parallel`) are
+//! marked unknown. An interpreter's inline code (`python3 -c`, `perl -e`,
+//! ...) is scanned by [`super::inline_code`]: the shell lines it hands on
+//! are parsed, its deletes become `rm` commands and its writes redirects.
+//! Output redirections are recorded with their targets.
 //!
 //! **Invariant**: this module only describes; it decides nothing. Anything it
 //! cannot see through (a word computed at run time) is marked as such rather
