@@ -13,6 +13,7 @@ mod chat;
 mod cmd_breaker;
 mod cmd_daemon;
 mod cmd_plans;
+mod cmd_policy;
 mod cmd_session;
 mod cmd_status;
 mod cmd_submit;
@@ -178,6 +179,17 @@ enum Command {
     #[command(name = "breaker_reset")]
     BreakerReset(cmd_breaker::ResetArgs),
 
+    /// Show what the agent's `bash` tool would decide for a command, without running it
+    ///
+    /// flytod judges COMMAND with its live [permissions] config, exactly as
+    /// the tool does, and prints the verdict (allow, deny or ask), the rule
+    /// that decided it (a built-in check such as `deny:recursive-delete`, or
+    /// your rule as written, e.g. `deny_paths "/etc/**"`), why, and every
+    /// simple command the parser found. Exits 0 whatever the verdict; 2 on a
+    /// usage error (no command, a --workdir that is not a directory).
+    #[command(name = "policy_check")]
+    PolicyCheck(cmd_policy::CheckArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -268,6 +280,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::BreakerStatus(args) => cmd_breaker::status(&ctx, args),
         Command::BreakerReset(args) => cmd_breaker::reset(&ctx, args),
         Command::Chat(args) => chat::run(&ctx, args),
+        Command::PolicyCheck(args) => cmd_policy::run(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),
@@ -407,6 +420,33 @@ mod tests {
             .command
         {
             Command::SessionReset(args) => assert!(!args.how.soft && args.how.hard),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn policy_check_takes_the_command_after_dashes() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args);
+        assert!(parse(&["flytoctl", "policy_check", "--", "rm -rf /"]).is_ok());
+        assert!(
+            parse(&[
+                "flytoctl",
+                "policy_check",
+                "--json",
+                "--workdir",
+                "/",
+                "--",
+                "ls"
+            ])
+            .is_ok()
+        );
+        assert!(parse(&["flytoctl", "policy_check"]).is_err());
+        assert!(parse(&["flytoctl", "policy_check", "rm"]).is_err());
+        match parse(&["flytoctl", "policy_check", "--", "git", "push", "-f"])
+            .unwrap()
+            .command
+        {
+            Command::PolicyCheck(args) => assert_eq!(args.command.join(" "), "git push -f"),
             other => panic!("{other:?}"),
         }
     }

@@ -261,6 +261,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // Bound before the actors start: recovery may restart steps, whose
     // scoped plan sockets live next to it. Served (and READY) only after.
     let bound = listener::bind(&socket_path)?;
+    let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
     let ctx = Arc::new(server::Ctx {
         reader: reader.clone(),
         draining: AtomicBool::new(false),
@@ -270,6 +271,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
         // SAFETY: getuid has no preconditions.
         uid: unsafe { libc::getuid() },
+        policy: policy.clone(),
     });
     let socket_dir = bound
         .path
@@ -310,7 +312,6 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     flyto_actors::tools::env::hide_key_vars(&config.models());
-    let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
     let session_deps = Arc::new(SessionDeps {
         store: Arc::new(SledSessionStore::open(store.clone())?),
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,

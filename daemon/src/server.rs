@@ -5,10 +5,12 @@
 use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerMsg};
 use flyto_actors::plans::{EarlyReply, Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
 use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
+use flyto_actors::tools::bash::SharedPolicy;
 use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
 use flyto_protocol::{
-    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, Request, Response,
+    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, PolicyCheckView, Request, Response,
+    Verdict,
 };
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
@@ -33,6 +35,9 @@ pub struct Ctx {
     pub inflight: Semaphore,
     pub connections: Arc<Semaphore>,
     pub uid: u32,
+    /// The `bash` tool's policy, swapped on reload: `policy_check` reads
+    /// the same one.
+    pub policy: SharedPolicy,
 }
 
 /// What a scoped plan socket may see: the plans of one chain, submitting
@@ -799,11 +804,58 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             .map(|()| Response::ApprovalAnswered { approval, allow }),
             Err(r) => Err(r),
         },
+        Request::PolicyCheck { command, workdir } => policy_check(ctx, &command, &workdir),
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,
         Err(r) => sink.error(r.code, r.message).await,
     }
+}
+
+/// `policy_check`: the `bash` tool's own decision ([`Policy::check`] on the
+/// live policy, in the workdir canonicalised as a session's is), run on
+/// nothing.
+///
+/// [`Policy::check`]: flyto_actors::tools::policy::Policy::check
+fn policy_check(ctx: &Ctx, command: &str, workdir: &str) -> Result<Response, Reject> {
+    if !std::path::Path::new(workdir).is_absolute() {
+        return Err(Reject::new(
+            ErrorCode::BadRequest,
+            format!(
+                "policy_check: workdir `{workdir}` is not absolute; send the absolute path of \
+                 the directory the command would run in"
+            ),
+        ));
+    }
+    let dir = std::fs::canonicalize(workdir).map_err(|e| {
+        Reject::new(
+            ErrorCode::BadRequest,
+            format!("policy_check: the workdir {workdir} is not usable ({e}); give an existing directory"),
+        )
+    })?;
+    let policy = ctx.policy.read().map(|p| p.clone()).map_err(|_| {
+        Reject::new(
+            ErrorCode::Internal,
+            "policy_check: the permission policy is unavailable; restart flytod",
+        )
+    })?;
+    let check = policy.check(command, &dir);
+    let verdict = match check.verdict() {
+        "deny" => Verdict::Deny,
+        "ask" => Verdict::Ask,
+        _ => Verdict::Allow,
+    };
+    Ok(Response::PolicyVerdict {
+        check: PolicyCheckView {
+            verdict,
+            rule: check.rule_id(),
+            reason: check.reason(),
+            command: check.command().map(str::to_string),
+            commands: check.commands.clone(),
+            message: check.decision.message(),
+            workdir: dir.display().to_string(),
+        },
+    })
 }
 
 /// Writes all of `buf` to the shared write half.

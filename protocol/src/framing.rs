@@ -306,6 +306,10 @@ mod tests {
                 approval: 2,
                 allow: true,
             },
+            Request::PolicyCheck {
+                command: "rm -rf /".into(),
+                workdir: "/w".into(),
+            },
         ];
         let session = SessionView {
             id: "s1".into(),
@@ -499,6 +503,28 @@ mod tests {
             Response::ApprovalAnswered {
                 approval: 2,
                 allow: false,
+            },
+            Response::PolicyVerdict {
+                check: PolicyCheckView {
+                    verdict: Verdict::Deny,
+                    rule: Some("deny:recursive-delete".into()),
+                    reason: "it recursively deletes /".into(),
+                    command: Some("rm -rf /".into()),
+                    commands: vec!["rm -rf /".into()],
+                    message: Some("Not run".into()),
+                    workdir: "/w".into(),
+                },
+            },
+            Response::PolicyVerdict {
+                check: PolicyCheckView {
+                    verdict: Verdict::Allow,
+                    rule: None,
+                    reason: "no rule refuses it".into(),
+                    command: None,
+                    commands: vec![],
+                    message: None,
+                    workdir: "/w".into(),
+                },
             },
         ];
         let mut responses = responses;

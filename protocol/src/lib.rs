@@ -45,5 +45,7 @@ pub use types::*;
 /// (2: `ContextView::head_from_idx`; 3: issue 10's foundation fixes:
 /// plan env, names, restart, remove, queue positions, `Plans::total` and
 /// the per-outcome step counts of `PlanSummary`, session approvals,
-/// `session_delete`, message times, `DaemonStats::disk_syncs`).
+/// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: the
+/// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
+/// and step `sandbox`, `DaemonStats::sandbox`).
 pub const PROTOCOL_VERSION: u32 = 4;

@@ -117,6 +117,12 @@ pub enum Request {
         approval: u64,
         allow: bool,
     },
+    /// What the agent's `bash` tool would decide for `command` run in
+    /// `workdir` (absolute), under the live `[permissions]`; runs nothing.
+    PolicyCheck {
+        command: String,
+        workdir: String,
+    },
 }
 
 impl Request {
@@ -146,6 +152,7 @@ impl Request {
             Request::PlanRemove { .. } => "plan_remove",
             Request::SessionDelete { .. } => "session_delete",
             Request::SessionApprove { .. } => "session_approve",
+            Request::PolicyCheck { .. } => "policy_check",
         }
     }
 }
@@ -224,6 +231,10 @@ pub enum Response {
     ApprovalAnswered {
         approval: u64,
         allow: bool,
+    },
+    /// The answer to `policy_check`.
+    PolicyVerdict {
+        check: PolicyCheckView,
     },
 }
 
@@ -403,6 +414,46 @@ pub struct ContextView {
     /// stays visible); `context_base_idx` when there is no summary.
     pub summary_from_idx: u64,
     pub has_summary: bool,
+}
+
+/// What the permission policy decided for a `bash` command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// Runs only when a person attached to the session approves it; with
+    /// no one attached, refused.
+    Ask,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Ask => "ask",
+        }
+    }
+}
+
+/// `policy_check`'s answer: the verdict and what it rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyCheckView {
+    pub verdict: Verdict,
+    /// The rule that decided: a built-in check as `deny:recursive-delete`,
+    /// a config rule as written (`deny_paths "/etc/**"`), `default =
+    /// "ask"`, `unparsable`; `null` when no rule stood in the way.
+    pub rule: Option<String>,
+    pub reason: String,
+    /// The simple command (or redirect) the verdict is about.
+    pub command: Option<String>,
+    /// Every simple command the parser found, quotes removed.
+    pub commands: Vec<String>,
+    /// What the model would be told when the tool refuses it.
+    pub message: Option<String>,
+    /// The workdir it was judged in.
+    pub workdir: String,
 }
 
 /// One project's compaction circuit breaker.

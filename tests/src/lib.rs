@@ -26,6 +26,7 @@ pub use flyto_protocol;
 pub mod fake_anthropic;
 mod fake_http;
 pub mod fake_llm;
+pub mod policy_cases;
 pub mod sessions_support;
 
 /// The directory holding the built `flytod` and `flytoctl`: next to the

@@ -8,6 +8,7 @@ mod durability;
 mod guards;
 mod lifecycle;
 mod plans;
+mod policy_check;
 mod providers;
 mod sandbox;
 mod scope;

@@ -316,18 +316,12 @@ fn a_tool_round_writes_reads_and_sends_results_after_their_calls() {
 
 #[test]
 fn dangerous_bash_commands_are_blocked_and_the_model_is_told() {
+    // Shared with policy_check::, which checks the CLI agrees on them.
+    use flyto_tests::policy_cases::{FORCE_PUSH, HARMLESS_WRITE, RM_ROOT};
     let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_rm", "bash", json!({"command": "rm -rf /"})),
-        Reply::tool_call(
-            "call_push",
-            "bash",
-            json!({"command": "touch pushed-marker && git push --force origin main"}),
-        ),
-        Reply::tool_call(
-            "call_ok",
-            "bash",
-            json!({"command": "echo fine > ok-marker"}),
-        ),
+        Reply::tool_call("call_rm", "bash", json!({ "command": RM_ROOT })),
+        Reply::tool_call("call_push", "bash", json!({ "command": FORCE_PUSH })),
+        Reply::tool_call("call_ok", "bash", json!({ "command": HARMLESS_WRITE })),
         Reply::text("I will not do that."),
     ]);
     let dir = workdir(&env, "ws");

@@ -127,7 +127,7 @@ impl BashTool {
                 );
             }
         };
-        let decision = policy.check(&args.command, &ctx.workdir);
+        let decision = policy.check(&args.command, &ctx.workdir).decision;
         if let Some(refusal) = refusal(ctx, &args.command, &decision).await {
             return ToolOutput::error(refusal);
         }

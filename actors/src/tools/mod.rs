@@ -18,6 +18,7 @@ pub mod env;
 pub mod fs_guard;
 pub mod glob;
 pub mod grep;
+pub mod inline_code;
 pub mod policy;
 pub mod process;
 pub mod read;

@@ -4,7 +4,9 @@
 //!
 //! A command line is parsed by [`super::shell`] into every simple command it
 //! would run (through pipes, lists, substitutions, `bash -c`, heredocs,
-//! wrappers such as `sudo` and `xargs`), and each one is judged:
+//! wrappers such as `sudo`, `xargs`, `parallel`, `flock`, `chroot`, the
+//! remote command of `ssh host cmd`, and what an interpreter's inline code
+//! obviously runs or deletes), and each one is judged:
 //!
 //! 1. `deny` rules and `deny_paths` → **deny**
 //! 2. built-in checks of the deny level → **deny**
@@ -48,6 +50,16 @@
 //! Built-in checks are not overridden by `allow` rules (a broad "rm *" must
 //! not unlock `rm -rf /`); they are switched off one by one with
 //! `allow_builtin`.
+//!
+//! Where a target cannot be known — paths `xargs` or `parallel` read from
+//! their input, a path computed by inline code — a deny-level check asks
+//! instead, and says why. A remote command (`ssh`) is judged as the worst
+//! case: as if the other host's paths were this machine's, relative ones
+//! from the home directory. `--help`/`--version` forms and image files
+//! (`mkfs.ext4 disk.img`) are not refused.
+//!
+//! [`Policy::check`] is the one decision: the `bash` tool acts on it and
+//! `flytoctl policy_check` reports it (verdict, rule id, parsed commands).
 //!
 //! **Invariant**: the policy is a guard rail, not a sandbox. It sees what the
 //! command line says, not what programs do: it does not follow `cd`, read
@@ -236,18 +248,11 @@ impl Decision {
                     Rule::Unparsable => "the permission policy".to_string(),
                     _ => format!("the {rule} in the user's [permissions] config"),
                 };
-                let how = match rule {
-                    Rule::Default(_) => format!(
-                        " To allow it, the user can add a rule such as \"{}\" to `allow` in \
-                         the [permissions] section of the flyto config.",
-                        suggested_rule(command)
-                    ),
-                    _ => String::new(),
-                };
                 Some(format!(
                     "Not run: `{command}` is blocked by {origin}: {reason}. Nothing was \
                      executed. Do not try to get around this; use another approach, or \
-                     tell the user what you need done.{how}"
+                     tell the user what you need done.{}",
+                    how_to_allow(rule, command)
                 ))
             }
             Decision::Ask {
@@ -258,29 +263,21 @@ impl Decision {
                 if matches!(rule, Rule::Unparsable) {
                     return Some(format!(
                         "Not run: the command could not be parsed as bash, so the \
-                         permission policy cannot check it ({reason}). Nothing was \
-                         executed. Fix the syntax, or split it into simpler commands."
+                         permission policy cannot check it (rule `unparsable`: {reason}). \
+                         Nothing was executed. Fix the syntax, or split it into simpler \
+                         commands; no [permissions] setting allows a command that cannot be \
+                         parsed."
                     ));
                 }
                 let how = match rule {
-                    // A deny-level check that could not be sure: the fix is
-                    // the command's, not the config's.
-                    Rule::Builtin(b) if b.level() == Level::Deny => String::new(),
-                    Rule::Builtin(b) => format!(
-                        " To allow it, the user can add \"{}\" to `allow_builtin` in the \
-                         [permissions] section of the flyto config.",
+                    // A deny-level check that could not be sure: the
+                    // command's own fix (in the reason) comes first.
+                    Rule::Builtin(b) if b.level() == Level::Deny => format!(
+                        " If the command cannot be made certain, the user can add \"{}\" to \
+                         `allow_builtin` in the [permissions] section of the flyto config.",
                         b.id()
                     ),
-                    Rule::Command { .. } | Rule::Path { .. } => format!(
-                        " To allow it, the user can remove or narrow the {rule} in the \
-                         [permissions] section of the flyto config."
-                    ),
-                    Rule::Default(_) => format!(
-                        " To allow it, the user can add a rule such as \"{}\" to `allow` \
-                         in the [permissions] section of the flyto config.",
-                        suggested_rule(command)
-                    ),
-                    Rule::Unparsable => String::new(),
+                    _ => how_to_allow(rule, command),
                 };
                 Some(format!(
                     "Not run: `{command}` needs the user's approval ({rule}: {reason}), and \
@@ -290,6 +287,94 @@ impl Decision {
                 ))
             }
         }
+    }
+}
+
+/// What [`Policy::check`] found: the verdict, and everything it looked at.
+/// The `bash` tool and `flytoctl policy_check` both read this, so they
+/// cannot disagree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub decision: Decision,
+    /// Every simple command the parser found, quotes removed, in the order
+    /// they were found (inner commands after the wrapper that runs them).
+    pub commands: Vec<String>,
+    /// For an allow under a `default` other than allow: the `allow` rule
+    /// that let the (first) command run.
+    pub allowed_by: Option<String>,
+}
+
+impl Check {
+    /// `allow`, `deny` or `ask`.
+    pub fn verdict(&self) -> &'static str {
+        match self.decision {
+            Decision::Allow => "allow",
+            Decision::Deny { .. } => "deny",
+            Decision::Ask { .. } => "ask",
+        }
+    }
+
+    /// The rule that decided, as the user would look it up: a built-in
+    /// check as `deny:recursive-delete`, a config rule as written
+    /// (`deny_paths "/etc/**"`), `default = "ask"`, `unparsable`. `None`
+    /// when nothing stood in the way of an allow.
+    pub fn rule_id(&self) -> Option<String> {
+        let verdict = self.verdict();
+        match &self.decision {
+            Decision::Allow => self.allowed_by.as_ref().map(|r| format!("allow \"{r}\"")),
+            Decision::Deny { rule, .. } | Decision::Ask { rule, .. } => Some(match rule {
+                Rule::Builtin(b) => format!("{verdict}:{}", b.id()),
+                Rule::Command { list, rule } | Rule::Path { list, rule, .. } => {
+                    format!("{list} \"{rule}\"")
+                }
+                Rule::Default(d) => format!("default = \"{}\"", default_name(*d)),
+                Rule::Unparsable => "unparsable".to_string(),
+            }),
+        }
+    }
+
+    /// Why, in a sentence fragment.
+    pub fn reason(&self) -> String {
+        match &self.decision {
+            Decision::Deny { reason, .. } | Decision::Ask { reason, .. } => reason.clone(),
+            Decision::Allow => match &self.allowed_by {
+                Some(rule) => {
+                    format!("the allow rule \"{rule}\" matches it, and no rule refuses it")
+                }
+                None => "no rule refuses it".to_string(),
+            },
+        }
+    }
+
+    /// The simple command (or redirect) that decided, when one did.
+    pub fn command(&self) -> Option<&str> {
+        match &self.decision {
+            Decision::Allow => None,
+            Decision::Deny { command, .. } | Decision::Ask { command, .. } => Some(command),
+        }
+    }
+}
+
+/// What the user can change in `[permissions]` so that `rule` no longer
+/// refuses `command` (with a leading space), or nothing when no setting can.
+fn how_to_allow(rule: &Rule, command: &str) -> String {
+    match rule {
+        Rule::Builtin(b) => format!(
+            " To allow it, the user can add \"{}\" to `allow_builtin` in the [permissions] \
+             section of the flyto config (allow_builtin = [\"{}\"]).",
+            b.id(),
+            b.id()
+        ),
+        Rule::Command { .. } | Rule::Path { .. } => format!(
+            " To allow it, the user can remove or narrow the {rule} in the [permissions] \
+             section of the flyto config."
+        ),
+        Rule::Default(_) => format!(
+            " To allow it, the user can add a rule such as \"{}\" to `allow` in the \
+             [permissions] section of the flyto config.",
+            suggested_rule(command)
+        ),
+        Rule::Unparsable => String::new(),
     }
 }
 
@@ -507,29 +592,49 @@ impl Policy {
         }
     }
 
-    /// Judges a bash command line run in `workdir`.
-    pub fn check(&self, command: &str, workdir: &Path) -> Decision {
+    /// Judges a bash command line run in `workdir`. The one decision the
+    /// `bash` tool acts on and `policy_check` reports.
+    pub fn check(&self, command: &str, workdir: &Path) -> Check {
         match shell::parse(command) {
             Ok(script) => self.check_script(&script, workdir),
-            Err(e) => Decision::Ask {
-                rule: Rule::Unparsable,
-                command: command.to_string(),
-                reason: e.to_string(),
+            Err(e) => Check {
+                decision: Decision::Ask {
+                    rule: Rule::Unparsable,
+                    command: command.to_string(),
+                    reason: e.to_string(),
+                },
+                commands: Vec::new(),
+                allowed_by: None,
             },
         }
     }
 
     /// Judges an already parsed command line.
-    pub fn check_script(&self, script: &Script, workdir: &Path) -> Decision {
+    pub fn check_script(&self, script: &Script, workdir: &Path) -> Check {
         let mut cx = Cx {
             home: self.home.as_deref(),
             workdir,
             cwd: workdir.to_path_buf(),
         };
+        // Another host's paths: judged as if they were this machine's,
+        // relative ones from the home directory (ssh starts there).
+        let remote_root = self.home.clone().unwrap_or_else(|| PathBuf::from("/"));
         let mut findings: Vec<Finding> = Vec::new();
+        let mut allowed_by = None;
         for cmd in &script.commands {
-            self.judge(cmd, &cx, &mut findings);
-            cx.follow_cd(cmd);
+            let allow = if cmd.remote.is_some() {
+                let remote = Cx {
+                    home: self.home.as_deref(),
+                    workdir: &remote_root,
+                    cwd: remote_root.clone(),
+                };
+                self.judge(cmd, &remote, &mut findings)
+            } else {
+                let allow = self.judge(cmd, &cx, &mut findings);
+                cx.follow_cd(cmd);
+                allow
+            };
+            allowed_by = allowed_by.or(allow);
         }
         cx.cwd = workdir.to_path_buf();
         for r in &script.redirects {
@@ -572,7 +677,7 @@ impl Policy {
                 worst = Some(f);
             }
         }
-        match worst {
+        let decision = match worst {
             None => Decision::Allow,
             Some(Finding {
                 level: Level::Deny,
@@ -593,6 +698,19 @@ impl Policy {
                 rule,
                 command,
                 reason,
+            },
+        };
+        Check {
+            decision,
+            commands: script
+                .commands
+                .iter()
+                .map(|c| c.argv.iter().map(Word::text).collect::<Vec<_>>().join(" "))
+                .collect(),
+            allowed_by: if self.default == DefaultAction::Allow {
+                None
+            } else {
+                allowed_by
             },
         }
     }
@@ -615,7 +733,8 @@ impl Policy {
         }
     }
 
-    fn judge(&self, cmd: &SimpleCommand, cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    /// Judges one simple command; returns the `allow` rule matching it.
+    fn judge(&self, cmd: &SimpleCommand, cx: &Cx<'_>, out: &mut Vec<Finding>) -> Option<String> {
         let shown = cmd.display();
         let argv: Vec<String> = cmd.argv.iter().map(Word::text).collect();
 
@@ -634,16 +753,21 @@ impl Policy {
             }
         }
         for (b, level, reason) in dangers(cmd, cx) {
-            let reason = match &cmd.via {
+            let mut reason = match &cmd.via {
                 Some(via) => format!("{reason} (reached through {via})"),
                 None => reason,
             };
+            if let Some(host) = &cmd.remote {
+                reason.push_str(&format!(
+                    "; it runs on {host}, whose files flyto cannot see, so it is judged as the \
+                     worst case: as if that host's paths were this machine's, relative ones \
+                     from the home directory"
+                ));
+            }
             self.builtin(out, b, level, &shown, reason);
         }
-        if !cmd.transparent
-            && self.default != DefaultAction::Allow
-            && !self.allow.iter().any(|r| r.matches(&argv))
-        {
+        let allow = self.allow.iter().find(|r| r.matches(&argv));
+        if !cmd.transparent && self.default != DefaultAction::Allow && allow.is_none() {
             let level = if self.default == DefaultAction::Deny {
                 Level::Deny
             } else {
@@ -656,6 +780,7 @@ impl Policy {
                 reason: "no `allow` rule matches it".to_string(),
             });
         }
+        allow.map(|r| r.source.clone())
     }
 }
 
@@ -867,8 +992,11 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
     };
     let args = cmd.args();
     let texts: Vec<String> = args.iter().map(Word::text).collect();
+    if asks_for_help(&program, &texts) {
+        return out;
+    }
     match program.as_str() {
-        "rm" => rm(args, &texts, cx, &mut out),
+        "rm" => rm(args, &texts, cx, cmd.unknown_args.as_deref(), &mut out),
         "find" => find(args, &texts, cx, &mut out),
         "chmod" | "chown" | "chgrp" => {
             let recursive = texts.iter().any(|t| {
@@ -904,11 +1032,35 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
                 }
             }
         }
-        p if p.starts_with("mkfs") || matches!(p, "mke2fs" | "mkswap") => out.push((
-            Builtin::RawDevice,
-            None,
-            "it creates a file system, erasing what is on the target".to_string(),
-        )),
+        p if p.starts_with("mkfs") || matches!(p, "mke2fs" | "mkswap") => {
+            // An image file is harmless; a device loses what is on it.
+            let targets = || {
+                args.iter()
+                    .zip(&texts)
+                    .filter(|(_, t)| !t.starts_with('-'))
+                    .map(|(w, _)| w)
+            };
+            if let Some(dev) = targets().map(|w| cx.resolve(w)).find(|p| is_device(p)) {
+                out.push((
+                    Builtin::RawDevice,
+                    None,
+                    format!(
+                        "it creates a file system on the device {}, erasing what is on it",
+                        dev.display()
+                    ),
+                ));
+            } else if let Some(w) = targets().find(|w| w.is_runtime()) {
+                out.push((
+                    Builtin::RawDevice,
+                    Some(Level::Ask),
+                    format!(
+                        "it creates a file system on `{}`, known only at run time, which may \
+                         be a device; write the path out",
+                        w.raw
+                    ),
+                ));
+            }
+        }
         "wipefs" | "blkdiscard" | "shred" | "tee" | "cp" | "badblocks" | "fdisk" | "sfdisk"
         | "cfdisk" | "gdisk" | "sgdisk" | "parted" => {
             let listing = texts
@@ -1033,6 +1185,7 @@ fn rm(
     args: &[Word],
     texts: &[String],
     cx: &Cx<'_>,
+    unknown: Option<&str>,
     out: &mut Vec<(Builtin, Option<Level>, String)>,
 ) {
     let mut recursive = false;
@@ -1051,6 +1204,19 @@ fn rm(
     }
     if !recursive {
         return;
+    }
+    // `xargs rm -rf`, `shutil.rmtree(path)`: the paths are filled in later.
+    if let Some(from) = unknown
+        && (targets.is_empty() || targets.iter().any(|w| w.is_runtime()))
+    {
+        out.push((
+            Builtin::RecursiveDelete,
+            Some(Level::Ask),
+            format!(
+                "it recursively deletes paths that {from}, so flyto cannot tell whether \
+                 they include / or the home directory; name the paths in the command itself"
+            ),
+        ));
     }
     for w in targets {
         if let Some(what) = system_target(&cx.resolve(w), cx, true) {
@@ -1128,7 +1294,7 @@ fn find(
     let deletes = texts.iter().enumerate().any(|(i, t)| {
         t == "-delete"
             || (matches!(t.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
-                && texts.get(i + 1).is_some_and(|n| shell::basename(n) == "rm"))
+                && exec_program(&texts[i + 1..]) == Some("rm"))
     });
     if !deletes {
         return;
@@ -1147,6 +1313,54 @@ fn find(
             ));
         }
     }
+}
+
+/// The program a `find -exec` segment runs, past wrappers (`sudo rm`).
+fn exec_program(words: &[String]) -> Option<&str> {
+    words.iter().map(|w| shell::basename(w)).find(|w| {
+        !matches!(
+            *w,
+            "sudo"
+                | "doas"
+                | "env"
+                | "nice"
+                | "ionice"
+                | "nohup"
+                | "command"
+                | "busybox"
+                | "stdbuf"
+                | "setsid"
+                | "time"
+                | "timeout"
+        ) && !w.starts_with('-')
+            && !w.contains('=')
+            && !w.chars().all(|c| c.is_ascii_digit())
+    })
+}
+
+/// `rm --help`, `mkfs --version`, `dd -h`: the program prints and exits.
+/// `-h` alone still halts for `shutdown`.
+fn asks_for_help(program: &str, texts: &[String]) -> bool {
+    match texts {
+        [only] => {
+            only == "--help"
+                || only == "--version"
+                || (only == "-h" && !matches!(program, "shutdown" | "halt" | "poweroff" | "reboot"))
+        }
+        _ => false,
+    }
+}
+
+/// Where a file system may be made: a raw disk, or anything else in
+/// `/dev` but its RAM-backed scratch space and the null devices.
+fn is_device(path: &Path) -> bool {
+    is_raw_device(path)
+        || (path.starts_with("/dev")
+            && !path.starts_with("/dev/shm")
+            && !matches!(
+                path.to_str(),
+                Some("/dev/null" | "/dev/zero" | "/dev/stdout" | "/dev/stderr")
+            ))
 }
 
 /// `kill … -1`: pid -1 is every process the caller may signal. The first
@@ -1214,7 +1428,7 @@ mod tests {
     }
 
     fn check(p: &Policy, line: &str) -> Decision {
-        p.check(line, Path::new(WORKDIR))
+        p.check(line, Path::new(WORKDIR)).decision
     }
 
     /// `allow`, `deny:<builtin id>`, `ask:<builtin id>`, `deny:<list>`, ...
@@ -1643,7 +1857,11 @@ mod tests {
             .unwrap_or_default();
         assert!(msg.contains("if $D is empty or unset"), "{msg}");
         assert!(msg.contains("${D:?}"), "{msg}");
-        assert!(!msg.contains("allow_builtin"), "{msg}");
+        assert!(
+            msg.contains("If the command cannot be made certain")
+                && msg.contains("\"recursive-delete\" to `allow_builtin`"),
+            "{msg}"
+        );
 
         let msg = check(&force, "> /dev/sda").message().unwrap_or_default();
         assert!(msg.starts_with("Not run: `> /dev/sda` is blocked"), "{msg}");
@@ -1737,6 +1955,411 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(bad.contains("home directory is unknown"), "{bad}");
+    }
+
+    #[test]
+    fn commands_run_by_other_commands_are_followed() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                // Data-driven executors: the targets come from input.
+                ("xargs rm -rf", "ask:recursive-delete"),
+                ("find . -type d | xargs rm -rf", "ask:recursive-delete"),
+                ("ls | xargs -I{} rm -rf {}", "ask:recursive-delete"),
+                ("ls | xargs -I % rm -rf %", "ask:recursive-delete"),
+                ("xargs -0 rm -f < files", "allow"),
+                ("xargs rm -rf /", "deny:recursive-delete"),
+                ("xargs -n1 sudo rm -rf ~", "deny:recursive-delete"),
+                ("xargs sh -c 'rm -rf \"$1\"' _", "ask:recursive-delete"),
+                ("parallel rm -rf ::: /", "deny:recursive-delete"),
+                ("parallel 'rm -rf {}' ::: build dist", "allow"),
+                ("parallel -j4 'rm -rf {}' ::: ~", "deny:recursive-delete"),
+                ("ls | parallel rm -rf", "ask:recursive-delete"),
+                ("parallel gzip ::: a.log b.log", "allow"),
+                ("find / -exec rm -rf {} +", "deny:recursive-delete"),
+                ("find ~ -execdir rm -rf {} \\;", "deny:recursive-delete"),
+                ("find / -ok rm {} \\;", "deny:recursive-delete"),
+                ("find / -okdir sudo rm -rf {} \\;", "deny:recursive-delete"),
+                ("find ~ -delete", "deny:recursive-delete"),
+                ("find / -exec sh -c 'reboot' \\;", "deny:shutdown"),
+                ("find . -name '*.o' -exec rm {} +", "allow"),
+                ("find . -name node_modules -exec rm -rf {} +", "allow"),
+                // Wrappers, with their options.
+                ("nohup rm -rf / &", "deny:recursive-delete"),
+                ("timeout -k 5 10 rm -rf /", "deny:recursive-delete"),
+                (
+                    "timeout --signal=KILL 10s rm -rf ~",
+                    "deny:recursive-delete",
+                ),
+                ("nice -n 19 rm -rf /", "deny:recursive-delete"),
+                ("nice -10 rm -rf /", "deny:recursive-delete"),
+                ("ionice -c3 rm -rf /", "deny:recursive-delete"),
+                ("ionice -c 2 -n 7 rm -rf /", "deny:recursive-delete"),
+                ("env -i rm -rf /", "deny:recursive-delete"),
+                ("env -u PATH rm -rf /", "deny:recursive-delete"),
+                ("env A=1 B=2 rm -rf ~", "deny:recursive-delete"),
+                ("env -i PATH=/bin -- rm -rf /", "deny:recursive-delete"),
+                ("sudo -u root -H rm -rf /", "deny:recursive-delete"),
+                ("sudo -E -- rm -rf /", "deny:recursive-delete"),
+                ("sudo -i reboot", "deny:shutdown"),
+                ("doas -u root rm -rf /", "deny:recursive-delete"),
+                ("doas -n reboot", "deny:shutdown"),
+                ("watch -n 1 rm -rf /", "deny:recursive-delete"),
+                ("watch -d 'reboot'", "deny:shutdown"),
+                ("flock /tmp/lock rm -rf /", "deny:recursive-delete"),
+                (
+                    "flock -w 5 /tmp/lock -c 'rm -rf ~'",
+                    "deny:recursive-delete",
+                ),
+                ("flock -n /tmp/lock make", "allow"),
+                ("setsid rm -rf /", "deny:recursive-delete"),
+                ("setsid -f reboot", "deny:shutdown"),
+                ("chroot /mnt rm -rf /", "deny:recursive-delete"),
+                (
+                    "chroot --userspec=1000:1000 /srv/root reboot",
+                    "deny:shutdown",
+                ),
+                ("chroot /mnt", "allow"),
+                ("su -c 'rm -rf /'", "deny:recursive-delete"),
+                ("su - root -c 'reboot'", "deny:shutdown"),
+                ("su --command='rm -rf ~' root", "deny:recursive-delete"),
+                ("su -lc 'reboot'", "deny:shutdown"),
+                ("stdbuf -oL rm -rf /", "deny:recursive-delete"),
+                ("stdbuf -o 0 rm -rf /", "deny:recursive-delete"),
+                ("time rm -rf /", "deny:recursive-delete"),
+                ("/usr/bin/time -v rm -rf /", "deny:recursive-delete"),
+                ("command rm -rf /", "deny:recursive-delete"),
+                ("command -v rm", "allow"),
+                ("exec -a x rm -rf /", "deny:recursive-delete"),
+                ("busybox rm -rf /", "deny:recursive-delete"),
+                ("busybox sh -c 'rm -rf ~'", "deny:recursive-delete"),
+                // ssh: the remote command is judged too.
+                ("ssh host 'rm -rf /'", "deny:recursive-delete"),
+                (
+                    "ssh -p 2222 -i key user@host rm -rf ~",
+                    "deny:recursive-delete",
+                ),
+                ("ssh host 'rm -rf .'", "deny:recursive-delete"),
+                ("ssh host sudo reboot", "deny:shutdown"),
+                ("ssh host 'rm -rf build'", "allow"),
+                ("ssh host uptime", "allow"),
+                ("ssh host", "allow"),
+            ],
+        );
+    }
+
+    #[test]
+    fn remote_commands_say_they_are_judged_as_the_worst_case() {
+        let p = policy(&PermissionsConfig::default());
+        let d = check(&p, "ssh build@ci 'rm -rf ~'");
+        let msg = d.message().unwrap_or_default();
+        assert!(msg.contains("`ssh build@ci` remote command"), "{msg}");
+        assert!(msg.contains("runs on build@ci"), "{msg}");
+        assert!(msg.contains("worst case"), "{msg}");
+    }
+
+    #[test]
+    fn interpreters_inline_code_is_followed() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                (
+                    "python -c 'import shutil; shutil.rmtree(\"/\")'",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "python3 -c \"import shutil; shutil.rmtree('/')\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "python3 -c 'import shutil,os; shutil.rmtree(os.path.expanduser(\"~\"))'",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "python3 -c \"import os; os.system('rm -rf ~')\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "python3 -c \"import subprocess; subprocess.run(['rm','-rf','/'])\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "python3 -c \"import subprocess; subprocess.run('reboot', shell=True)\"",
+                    "deny:shutdown",
+                ),
+                (
+                    "python3 -c \"import shutil,sys; shutil.rmtree(sys.argv[1])\" x",
+                    "ask:recursive-delete",
+                ),
+                (
+                    "python3 -c \"import os; os.system('rm -rf ' + os.getcwd())\"",
+                    "ask:dynamic-code",
+                ),
+                (
+                    "python3 -c \"open('/dev/sda', 'wb').write(b'0' * 512)\"",
+                    "deny:raw-device",
+                ),
+                (
+                    "python3 -Bc \"import os; os.system('reboot')\"",
+                    "deny:shutdown",
+                ),
+                (
+                    "python3 -c 'import shutil; shutil.rmtree(\"build\")'",
+                    "allow",
+                ),
+                ("python3 -c 'import os; os.remove(\"out.txt\")'", "allow"),
+                (
+                    "python3 -c 'print(open(\"/dev/sda\", \"rb\").read(16))'",
+                    "allow",
+                ),
+                ("python3 -c 'import asyncio; asyncio.run(main())'", "allow"),
+                ("python3 script.py -c 'shutil.rmtree(\"/\")'", "allow"),
+                ("perl -e 'system(\"rm -rf /\")'", "deny:recursive-delete"),
+                (
+                    "perl -E 'system \"rm\", \"-rf\", \"/\"'",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "perl -e 'use File::Path; rmtree(\"/\")'",
+                    "deny:recursive-delete",
+                ),
+                ("perl -e 'print `reboot`'", "deny:shutdown"),
+                ("perl -e 'qx{rm -rf ~}'", "deny:recursive-delete"),
+                ("perl -ne 'system(\"reboot\")' f", "deny:shutdown"),
+                (
+                    "perl -e 'open(my $f, \">\", \"/dev/sda\")'",
+                    "deny:raw-device",
+                ),
+                ("perl -pe 's/a/b/' f", "allow"),
+                ("ruby -e 'system(\"rm -rf ~\")'", "deny:recursive-delete"),
+                (
+                    "ruby -e 'require \"fileutils\"; FileUtils.rm_rf(\"/\")'",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "ruby -e 'FileUtils.rm_rf(Dir.home)'",
+                    "deny:recursive-delete",
+                ),
+                ("ruby -e '%x(reboot)'", "deny:shutdown"),
+                ("ruby -e 'File.delete(\"notes.txt\")'", "allow"),
+                (
+                    "node -e \"require('child_process').execSync('rm -rf /')\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "node --eval \"require('fs').rmSync('/', {recursive: true})\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "node -e \"require('fs').rmSync(process.env.HOME, {recursive: true})\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "node -e \"require('fs').rmSync(dir, {recursive: true})\"",
+                    "ask:recursive-delete",
+                ),
+                (
+                    "node -e \"require('child_process').spawnSync('rm', ['-rf', '/'])\"",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "node -e \"require('fs').writeFileSync('/dev/nvme0n1', 'x')\"",
+                    "deny:raw-device",
+                ),
+                ("node -e 'console.log(1 + 1)'", "allow"),
+                ("php -r 'system(\"rm -rf /\");'", "deny:recursive-delete"),
+                ("php -r 'echo `reboot`;'", "deny:shutdown"),
+                ("php -r 'echo 1;'", "allow"),
+                // Reached through a wrapper and a shell, still seen.
+                (
+                    "sudo python3 -c \"import os; os.system('reboot')\"",
+                    "deny:shutdown",
+                ),
+                (
+                    "bash -c \"python3 -c 'import shutil; shutil.rmtree(\\\"/\\\")'\"",
+                    "deny:recursive-delete",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn inline_code_says_what_it_could_not_know() {
+        let p = policy(&PermissionsConfig::default());
+        let d = check(
+            &p,
+            "python3 -c 'import shutil,sys; shutil.rmtree(sys.argv[1])' x",
+        );
+        let msg = d.message().unwrap_or_default();
+        assert!(msg.contains("computed by the `python3 -c` code"), "{msg}");
+        assert!(msg.contains("cannot tell"), "{msg}");
+        let d = check(&p, "python3 -c 'import shutil; shutil.rmtree(\"/\")'");
+        let msg = d.message().unwrap_or_default();
+        assert!(
+            msg.contains("`rm -r /`") || msg.contains("`rm -r \"/\"`"),
+            "{msg}"
+        );
+        assert!(msg.contains("reached through `python3 -c` code"), "{msg}");
+    }
+
+    #[test]
+    fn harmless_forms_of_dangerous_programs_are_allowed() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                ("mkfs.ext4 disk.img", "allow"),
+                ("mkfs.ext4 -F -L data ./disk.img", "allow"),
+                ("mkfs.vfat ./fat.img", "allow"),
+                ("mkfs -t xfs /tmp/x.img", "allow"),
+                ("mkswap swap.img", "allow"),
+                ("mkfs.ext4 /dev/shm/disk.img", "allow"),
+                ("dd if=/dev/zero of=./out.bin bs=1M count=1", "allow"),
+                ("dd if=/dev/zero of=out.bin", "allow"),
+                ("rm --help", "allow"),
+                ("rm --version", "allow"),
+                ("mkfs --help", "allow"),
+                ("mkfs.ext4 -h", "allow"),
+                ("dd --version", "allow"),
+                ("wipefs --help", "allow"),
+                ("shutdown --help", "allow"),
+                ("git push --help", "allow"),
+                ("rm -rf ./build", "allow"),
+                ("rm -rf target", "allow"),
+                ("rm -rf build dist/ ./node_modules", "allow"),
+                ("rm -r src/generated", "allow"),
+                // The real thing is still refused.
+                ("mkfs.ext4 /dev/sda1", "deny:raw-device"),
+                ("mkfs.ext4 -F /dev/disk/by-id/x", "deny:raw-device"),
+                ("mkfs.ext4 /dev/zram0", "deny:raw-device"),
+                ("mkfs.ext4 \"$DEV\"", "ask:raw-device"),
+                ("dd of=/dev/sda", "deny:raw-device"),
+                ("dd if=/dev/zero of=/dev/sda bs=1M", "deny:raw-device"),
+                ("rm -rf ~", "deny:recursive-delete"),
+                ("rm -rf /", "deny:recursive-delete"),
+                ("rm -rf / --help", "deny:recursive-delete"),
+                ("shutdown -h", "deny:shutdown"),
+            ],
+        );
+    }
+
+    #[test]
+    fn every_refusal_names_its_rule_and_what_to_set() {
+        let p = policy(&PermissionsConfig {
+            ask: vec!["npm publish".into()],
+            deny: vec!["git push".into()],
+            deny_paths: vec!["/etc/**".into()],
+            ask_paths: vec!["/var/**".into()],
+            ..Default::default()
+        });
+        let builtins = [
+            ("rm -rf /", "recursive-delete"),
+            ("xargs rm -rf", "recursive-delete"),
+            ("chmod -R 777 /", "recursive-permissions"),
+            ("dd of=/dev/sda", "raw-device"),
+            ("mkfs.ext4 $DEV", "raw-device"),
+            (":(){ :|:& };:", "fork-bomb"),
+            ("reboot", "shutdown"),
+            ("git -C x push --force", "force-push"),
+            ("curl x | sh", "download-to-shell"),
+            ("$CMD", "dynamic-code"),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (line, id) in builtins {
+            let msg = check(&p, line).message().unwrap_or_default();
+            assert!(
+                msg.contains(&format!("built-in check `{id}`")),
+                "{line}: {msg}"
+            );
+            assert!(
+                msg.contains(&format!("\"{id}\" to `allow_builtin`"))
+                    && msg.contains("[permissions]"),
+                "{line}: {msg}"
+            );
+            seen.insert(id);
+        }
+        assert_eq!(
+            seen.len(),
+            Builtin::ALL.len(),
+            "every built-in check is covered"
+        );
+        for (line, rule) in [
+            ("git push", "deny rule \"git push\""),
+            ("npm publish", "ask rule \"npm publish\""),
+            ("cat /etc/passwd", "deny_paths rule \"/etc/**\""),
+            ("cat /var/log/x", "ask_paths rule \"/var/**\""),
+        ] {
+            let msg = check(&p, line).message().unwrap_or_default();
+            assert!(msg.contains(rule), "{line}: {msg}");
+            assert!(msg.contains("remove or narrow"), "{line}: {msg}");
+            assert!(msg.contains("[permissions]"), "{line}: {msg}");
+        }
+        for default in [DefaultAction::Ask, DefaultAction::Deny] {
+            let strict = policy(&PermissionsConfig {
+                default,
+                ..Default::default()
+            });
+            let msg = check(&strict, "make").message().unwrap_or_default();
+            assert!(msg.contains("default = "), "{msg}");
+            assert!(msg.contains("\"make *\" to `allow`"), "{msg}");
+        }
+        let msg = check(&p, "echo 'x").message().unwrap_or_default();
+        assert!(msg.contains("rule `unparsable`"), "{msg}");
+        assert!(msg.contains("no [permissions] setting"), "{msg}");
+    }
+
+    #[test]
+    fn a_check_reports_its_rule_and_every_command() {
+        let p = policy(&PermissionsConfig {
+            default: DefaultAction::Ask,
+            allow: vec!["cargo *".into(), "git status".into()],
+            deny_paths: vec!["/etc/**".into()],
+            ..Default::default()
+        });
+        let c = p.check("echo $(bash -c 'rm -rf /')", Path::new(WORKDIR));
+        assert_eq!(c.verdict(), "deny");
+        assert_eq!(c.rule_id().as_deref(), Some("deny:recursive-delete"));
+        assert_eq!(c.command(), Some("rm -rf /"));
+        assert_eq!(
+            c.commands,
+            ["bash -c rm -rf /", "rm -rf /", "echo $(bash -c 'rm -rf /')"]
+        );
+        assert!(
+            c.reason().contains("the whole file system"),
+            "{}",
+            c.reason()
+        );
+
+        let c = p.check("cat /etc/hosts", Path::new(WORKDIR));
+        assert_eq!(c.rule_id().as_deref(), Some("deny_paths \"/etc/**\""));
+
+        let c = p.check("make", Path::new(WORKDIR));
+        assert_eq!(
+            (c.verdict(), c.rule_id().as_deref()),
+            ("ask", Some("default = \"ask\""))
+        );
+
+        let c = p.check("timeout 60 cargo test", Path::new(WORKDIR));
+        assert_eq!(c.verdict(), "allow");
+        assert_eq!(c.rule_id().as_deref(), Some("allow \"cargo *\""));
+        assert_eq!(c.commands, ["timeout 60 cargo test", "cargo test"]);
+
+        let open = policy(&PermissionsConfig::default());
+        let c = open.check("ls", Path::new(WORKDIR));
+        assert_eq!((c.verdict(), c.rule_id()), ("allow", None));
+        assert_eq!(c.reason(), "no rule refuses it");
+
+        let c = open.check("git push -f", Path::new(WORKDIR));
+        assert_eq!(c.rule_id().as_deref(), Some("ask:force-push"));
+
+        let c = open.check("if then", Path::new(WORKDIR));
+        assert_eq!(
+            (c.verdict(), c.rule_id().as_deref()),
+            ("ask", Some("unparsable"))
+        );
+        assert!(c.commands.is_empty());
     }
 
     #[test]

@@ -8,10 +8,15 @@
 //! quotes, assignments, parameter defaults and arithmetic), process
 //! substitutions, heredocs, and code handed to another interpreter:
 //! `bash -c '...'`, `sh -c`, `eval`, `su -c`, `watch`, a heredoc or
-//! here-string fed to a shell, `echo '...' | sh`. Wrappers (`sudo`, `env`,
-//! `xargs`, `timeout`, `nice`, `nohup`, `command`, `exec`, `find -exec`, ...)
-//! are recorded and so is the command they wrap. Output redirections are
-//! recorded with their targets.
+//! here-string fed to a shell, `echo '...' | sh`, `ssh host cmd`, `flock -c`,
+//! `parallel`. Wrappers (`sudo`, `doas`, `env`, `xargs`, `timeout`, `nice`,
+//! `ionice`, `nohup`, `setsid`, `stdbuf`, `chroot`, `flock`, `command`,
+//! `exec`, `busybox`, `find -exec`, ...) are recorded and so is the command
+//! they wrap; arguments filled in from input (`xargs`, `parallel`) are
+//! marked unknown. An interpreter's inline code (`python3 -c`, `perl -e`,
+//! ...) is scanned by [`super::inline_code`]: the shell lines it hands on
+//! are parsed, its deletes become `rm` commands and its writes redirects.
+//! Output redirections are recorded with their targets.
 //!
 //! **Invariant**: this module only describes; it decides nothing. Anything it
 //! cannot see through (a word computed at run time) is marked as such rather
@@ -26,6 +31,8 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use brush_parser::ast;
+
+use super::inline_code;
 use brush_parser::word::{
     self, BraceExpressionMember, BraceExpressionOrText, Parameter, ParameterExpr,
     ParameterTestType, TildeExpr, WordPiece,
@@ -174,6 +181,12 @@ pub struct SimpleCommand {
     pub dynamic_code: Option<String>,
     /// Runs in the background or in a pipeline with other commands.
     pub concurrent: bool,
+    /// Some of its arguments are only filled in at run time, from data or
+    /// by code (`xargs rm -rf`, `shutil.rmtree(path)`): says where they
+    /// come from ("come from the input of `xargs`").
+    pub unknown_args: Option<String>,
+    /// It runs on another host (`ssh HOST cmd`): the host as written.
+    pub remote: Option<String>,
 }
 
 impl SimpleCommand {
@@ -241,6 +254,8 @@ pub fn parse(command: &str) -> Result<Script, ParseError> {
         via: None,
         code_depth: 0,
         concurrent: false,
+        unknown_args: None,
+        remote: None,
     };
     // brush-parser is not ours: a panic inside it becomes a parse error
     // (and so a refusal) instead of taking the session down.
@@ -269,6 +284,10 @@ struct Frame {
     via: Option<String>,
     code_depth: usize,
     concurrent: bool,
+    /// See [`SimpleCommand::unknown_args`].
+    unknown_args: Option<String>,
+    /// See [`SimpleCommand::remote`].
+    remote: Option<String>,
 }
 
 impl Frame {
@@ -860,10 +879,9 @@ impl Walker {
             });
         }
         let inner = Frame {
-            src: frame.src.clone(),
             via: Some(via.to_string()),
             code_depth: frame.code_depth + 1,
-            concurrent: frame.concurrent,
+            ..frame.clone()
         };
         self.source(code, &format!("the {via}"), &inner)
     }
@@ -919,12 +937,22 @@ impl Walker {
             feeds_code: false,
             dynamic_code: None,
             concurrent: frame.concurrent,
+            unknown_args: frame.unknown_args.clone(),
+            remote: frame.remote.clone(),
         });
         let Some(name) = name else {
             return Ok(None);
         };
         let args = &argv[1..];
 
+        // `command -v rm`: only says where `rm` is.
+        if matches!(name.as_str(), "command" | "type" | "which")
+            && args
+                .first()
+                .is_some_and(|w| matches!(w.literal().as_deref(), Some("-v" | "-V")))
+        {
+            return Ok(None);
+        }
         if let Some(spec) = wrapper(&name) {
             let (inner, split) = wrapped_command(&spec, args);
             if let Some(code) = split {
@@ -937,7 +965,33 @@ impl Walker {
             if let Some(c) = self.script.commands.get_mut(at) {
                 c.transparent = spec.transparent;
             }
-            return self.run(inner.to_vec(), stdin, &frame.via(format!("`{name}`")));
+            let mut inner_frame = frame.via(format!("`{name}`"));
+            let mut inner = inner.to_vec();
+            if name == "xargs" {
+                // Its input becomes arguments: appended, or in place of
+                // the replace string.
+                match xargs_replace(args) {
+                    Some(replace) => {
+                        for w in &mut inner {
+                            if w.literal().is_some_and(|t| t.contains(&replace)) {
+                                *w = Word {
+                                    raw: w.raw.clone(),
+                                    parts: vec![Part::Dynamic(w.raw.clone())],
+                                    subst: w.subst.clone(),
+                                };
+                            }
+                        }
+                    }
+                    // The input is appended; `…` stands for it.
+                    None => inner.push(Word {
+                        raw: "…".to_string(),
+                        parts: vec![Part::Dynamic("…".to_string())],
+                        subst: 0..0,
+                    }),
+                }
+                inner_frame.unknown_args = Some("come from the input of `xargs`".to_string());
+            }
+            return self.run(inner, stdin, &inner_frame);
         }
 
         match name.as_str() {
@@ -965,14 +1019,26 @@ impl Walker {
                 Ok(None)
             }
             "su" | "runuser" => {
-                if let Some(pos) = args
-                    .iter()
-                    .position(|w| matches!(w.literal().as_deref(), Some("-c" | "--command")))
-                    && let Some(code) = args.get(pos + 1)
-                {
+                let attached = args.iter().find_map(|w| {
+                    w.literal()
+                        .and_then(|t| t.strip_prefix("--command=").map(Word::literal_word))
+                });
+                let code = attached.or_else(|| {
+                    args.iter()
+                        .position(|w| {
+                            w.literal().is_some_and(|t| {
+                                t == "--command"
+                                    || (t.starts_with('-')
+                                        && !t.starts_with("--")
+                                        && t.ends_with('c'))
+                            })
+                        })
+                        .and_then(|pos| args.get(pos + 1).cloned())
+                });
+                if let Some(code) = code {
                     self.code_words(
                         at,
-                        std::slice::from_ref(code),
+                        std::slice::from_ref(&code),
                         &format!("`{name} -c` code"),
                         frame,
                     )?;
@@ -980,6 +1046,40 @@ impl Walker {
                         c.transparent = false;
                     }
                 }
+                Ok(None)
+            }
+            "parallel" => {
+                self.parallel(at, args, frame)?;
+                Ok(None)
+            }
+            "ssh" => {
+                // `ssh [options] HOST [command…]`: the words after the host
+                // are joined into one command line for the remote shell.
+                let rest = skip_options(args, "BbcDEeFIiJLlmOoPpQRSWw", &[]);
+                if let Some((host, command)) = rest.split_first()
+                    && !command.is_empty()
+                {
+                    let host = host.text();
+                    let remote = Frame {
+                        remote: Some(host.clone()),
+                        ..frame.clone()
+                    };
+                    self.code_words(
+                        at,
+                        command,
+                        &format!("`ssh {host}` remote command"),
+                        &remote,
+                    )?;
+                    // Reaching another host is a step of its own for allow
+                    // rules.
+                    if let Some(c) = self.script.commands.get_mut(at) {
+                        c.transparent = false;
+                    }
+                }
+                Ok(None)
+            }
+            "flock" => {
+                self.flock(at, args, stdin, frame)?;
                 Ok(None)
             }
             "watch" => {
@@ -1003,6 +1103,9 @@ impl Walker {
             }
             n if is_shell(n) => self.shell(at, &name, args, stdin, frame),
             n => {
+                if let Some(lang) = inline_code::language(n) {
+                    self.inline_code(at, n, lang, args, frame)?;
+                }
                 let reads = interpreter_reads_stdin(n, args);
                 if reads {
                     self.fed_by(stdin, None, &name, frame)?;
@@ -1010,6 +1113,153 @@ impl Walker {
                 Ok(reads.then_some(false))
             }
         }
+    }
+
+    /// `parallel [options] command ::: values…`: the command runs through
+    /// a shell once per value, in place of `{}` (or appended); without
+    /// values they come from stdin, so they are unknown.
+    fn parallel(&mut self, at: usize, args: &[Word], frame: &Frame) -> Result<(), ParseError> {
+        let rest = skip_options(args, "jPSIadnNLsEx", PARALLEL_LONG_WITH_VALUE);
+        let sep = rest
+            .iter()
+            .position(|w| w.literal().is_some_and(|t| t.starts_with(":::")));
+        let (command, data) = match sep {
+            Some(p) => (&rest[..p], &rest[p..]),
+            None => (rest, &[][..]),
+        };
+        if command.is_empty() {
+            return Ok(());
+        }
+        for w in command {
+            self.mark_feeds(w.subst.clone());
+        }
+        let dynamic = command.iter().find_map(|w| w.first_runtime());
+        if let Some(c) = self.script.commands.get_mut(at) {
+            c.transparent = dynamic.is_none();
+            c.dynamic_code = dynamic;
+        }
+        let text = command
+            .iter()
+            .map(|w| w.code_text())
+            .collect::<Vec<_>>()
+            .join(" ");
+        // Each value as shell text that means what the shell passed on.
+        let values: Option<Vec<String>> = data
+            .iter()
+            .filter(|w| !w.literal().is_some_and(|t| t.starts_with(":::")))
+            .map(|w| {
+                w.parts
+                    .iter()
+                    .map(|p| match p {
+                        Part::Home => Some("\"$HOME\"".to_string()),
+                        Part::Lit(s) => Some(shell_quote(s)),
+                        _ => None,
+                    })
+                    .collect::<Option<String>>()
+            })
+            .collect();
+        let fill = |value: &str| {
+            fill_placeholders(&text, value).unwrap_or_else(|| format!("{text} {value}"))
+        };
+        let via = "`parallel` command";
+        match values {
+            Some(values) if !values.is_empty() && values.len() <= MAX_BRACE_WORDS => {
+                for v in values {
+                    self.code(&fill(&v), via, frame)?;
+                }
+                Ok(())
+            }
+            _ => {
+                let unknown = Frame {
+                    unknown_args: Some("come from the input of `parallel`".to_string()),
+                    ..frame.clone()
+                };
+                self.code(&fill("\"$PARALLEL_ARG\""), via, &unknown)
+            }
+        }
+    }
+
+    /// `flock [options] FILE command…` or `flock [options] FILE -c LINE`.
+    fn flock(
+        &mut self,
+        at: usize,
+        args: &[Word],
+        stdin: &Stdin,
+        frame: &Frame,
+    ) -> Result<(), ParseError> {
+        let rest = skip_options(args, "wE", &["--wait", "--timeout", "--conflict-exit-code"]);
+        let Some((_, after)) = rest.split_first() else {
+            return Ok(());
+        };
+        match after.first().and_then(Word::literal).as_deref() {
+            Some("-c" | "--command") => {
+                if let Some(code) = after.get(1) {
+                    self.code_words(at, std::slice::from_ref(code), "`flock -c` command", frame)?;
+                }
+            }
+            Some(_) | None if !after.is_empty() => {
+                if let Some(c) = self.script.commands.get_mut(at) {
+                    c.transparent = true;
+                }
+                self.run(after.to_vec(), stdin, &frame.via("`flock`"))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// An interpreter's inline program (`python3 -c CODE`): what it
+    /// obviously runs, deletes and writes becomes commands and redirects.
+    fn inline_code(
+        &mut self,
+        at: usize,
+        name: &str,
+        lang: inline_code::Language,
+        args: &[Word],
+        frame: &Frame,
+    ) -> Result<(), ParseError> {
+        let display = self
+            .script
+            .commands
+            .get(at)
+            .map(SimpleCommand::display)
+            .unwrap_or_default();
+        for (flag, code) in inline_code_args(lang, args) {
+            let via = format!("`{name} {flag}` code");
+            let inner = Frame {
+                unknown_args: Some(format!("are computed by the {via} at run time")),
+                ..frame.via(via.clone())
+            };
+            for action in inline_code::scan(lang, &code.code_text()) {
+                match action {
+                    inline_code::Action::Shell(line) => self.code(&line, &via, frame)?,
+                    inline_code::Action::Argv(argv) => {
+                        let argv = argv.iter().map(arg_word).collect();
+                        self.run(argv, &Stdin::Inherited, &inner)?;
+                    }
+                    inline_code::Action::Delete { recursive, target } => {
+                        let mut argv = vec![Word::literal_word("rm")];
+                        if recursive {
+                            argv.push(Word::literal_word("-r"));
+                        }
+                        argv.push(arg_word(&target));
+                        self.run(argv, &Stdin::Inherited, &inner)?;
+                    }
+                    inline_code::Action::Write(target) => self.script.redirects.push(Redirect {
+                        fd: None,
+                        write: true,
+                        target: arg_word(&target),
+                        command: display.clone(),
+                    }),
+                    inline_code::Action::Dynamic(call) => {
+                        if let Some(c) = self.script.commands.get_mut(at) {
+                            c.dynamic_code = Some(call);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `bash …`: `-c` code, a script file, or code on stdin.
@@ -1562,6 +1812,213 @@ fn interpreter_reads_stdin(name: &str, args: &[Word]) -> bool {
     true
 }
 
+/// GNU parallel's long options that take a value.
+const PARALLEL_LONG_WITH_VALUE: &[&str] = &[
+    "--jobs",
+    "--sshlogin",
+    "--sshloginfile",
+    "--results",
+    "--joblog",
+    "--arg-file",
+    "--delay",
+    "--timeout",
+    "--colsep",
+    "--delimiter",
+    "--tmpdir",
+    "--workdir",
+    "--env",
+    "--halt",
+    "--retries",
+    "--memfree",
+    "--load",
+    "--max-args",
+    "--max-replace-args",
+    "--basefile",
+    "--return",
+    "--transferfile",
+    "--tagstring",
+    "--replace",
+];
+
+/// `text` with GNU parallel's placeholders (`{}`, `{.}`, `{/}`, `{//}`,
+/// `{/.}`, `{#}`, `{%}`, `{1}`) replaced by `value`; `None` if it has none.
+fn fill_placeholders(text: &str, value: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    let mut found = false;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let tail = &after[digits..];
+        let modifier = ["/.", "//", ".", "/", "#", "%", ""]
+            .into_iter()
+            .find(|m| tail.starts_with(m) && tail[m.len()..].starts_with('}'));
+        match modifier {
+            Some(m) => {
+                out.push_str(value);
+                rest = &tail[m.len() + 1..];
+                found = true;
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    found.then_some(out)
+}
+
+/// The replace string of `xargs -I R` / `-iR` / `--replace[=R]`, if any.
+fn xargs_replace(args: &[Word]) -> Option<String> {
+    let mut i = 0;
+    while let Some(t) = args.get(i).and_then(Word::literal) {
+        if !t.starts_with('-') || t == "--" {
+            break;
+        }
+        if t == "-I" {
+            return args.get(i + 1).and_then(Word::literal);
+        }
+        if let Some(r) = t
+            .strip_prefix("-I")
+            .or_else(|| t.strip_prefix("--replace="))
+        {
+            return Some(r.to_string());
+        }
+        if t == "-i" || t == "--replace" {
+            return Some("{}".to_string());
+        }
+        if let Some(r) = t.strip_prefix("-i") {
+            return Some(r.to_string());
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The inline programs among an interpreter's arguments, each with the
+/// flag that gave it (`-c`, `-e`, `--eval`, `-r`).
+fn inline_code_args(lang: inline_code::Language, args: &[Word]) -> Vec<(String, Word)> {
+    use inline_code::Language as L;
+    let (short, long): (&[char], &[&str]) = match lang {
+        L::Python => (&['c'], &[]),
+        L::Perl => (&['e', 'E'], &[]),
+        L::Ruby => (&['e'], &[]),
+        L::Node => (&['e', 'p'], &["--eval", "--print"]),
+        L::Php => (&['r'], &[]),
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(t) = args.get(i).and_then(Word::literal) {
+        if t == "--" || !t.starts_with('-') || t == "-" {
+            break;
+        }
+        if let Some((flag, value)) = t.split_once('=')
+            && long.contains(&flag)
+        {
+            out.push((flag.to_string(), Word::literal_word(value)));
+            i += 1;
+            continue;
+        }
+        if long.contains(&t.as_str()) {
+            if let Some(code) = args.get(i + 1) {
+                out.push((t.clone(), code.clone()));
+            }
+            i += 2;
+            continue;
+        }
+        if t.starts_with("--") {
+            i += 1;
+            continue;
+        }
+        // A cluster such as `-ne CODE`, `-Bc CODE` or `-eCODE`.
+        let cluster = &t[1..];
+        match cluster.char_indices().find(|(_, c)| short.contains(c)) {
+            Some((pos, c)) => {
+                let attached = &cluster[pos + c.len_utf8()..];
+                if attached.is_empty() {
+                    if let Some(code) = args.get(i + 1) {
+                        out.push((format!("-{c}"), code.clone()));
+                    }
+                    i += 2;
+                } else {
+                    out.push((format!("-{c}"), Word::literal_word(attached)));
+                    i += 1;
+                }
+                // Python's `-c` ends its options; the rest is sys.argv.
+                if lang == L::Python {
+                    break;
+                }
+            }
+            None => {
+                // Options with a separate value.
+                let takes_value = match lang {
+                    L::Python => matches!(cluster, "W" | "X"),
+                    L::Node => matches!(cluster, "r"),
+                    _ => false,
+                };
+                i += if takes_value { 2 } else { 1 };
+            }
+        }
+    }
+    out
+}
+
+/// A word for an argument of inline code: `~` and `$NAME` at the start
+/// keep their meaning (the worst case), computed ones stay unknown.
+fn arg_word(arg: &inline_code::Arg) -> Word {
+    let parts = match arg {
+        inline_code::Arg::Home => vec![Part::Home],
+        inline_code::Arg::Computed(raw) => vec![Part::Dynamic(raw.clone())],
+        inline_code::Arg::Lit(text) => {
+            let rest_of = |skip: usize| text.get(skip..).unwrap_or_default().to_string();
+            let var = text
+                .strip_prefix("${")
+                .and_then(|r| r.split_once('}'))
+                .map(|(name, _)| (name.to_string(), name.len() + 3))
+                .or_else(|| {
+                    let name: String = text
+                        .strip_prefix('$')?
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    (!name.is_empty()).then(|| (name.clone(), name.len() + 1))
+                });
+            let mut parts = match var {
+                _ if text == "~" || text.starts_with("~/") => {
+                    vec![Part::Home, Part::Lit(rest_of(1))]
+                }
+                Some((name, len)) if name == "HOME" => vec![Part::Home, Part::Lit(rest_of(len))],
+                Some((name, len)) => vec![
+                    Part::Var {
+                        name,
+                        guarded: false,
+                    },
+                    Part::Lit(rest_of(len)),
+                ],
+                None => vec![Part::Lit(text.clone())],
+            };
+            parts.retain(|p| !matches!(p, Part::Lit(s) if s.is_empty()));
+            parts
+        }
+    };
+    let raw = match arg {
+        inline_code::Arg::Home => "~".to_string(),
+        inline_code::Arg::Computed(raw) | inline_code::Arg::Lit(raw) => raw.clone(),
+    };
+    Word {
+        raw,
+        parts,
+        subst: 0..0,
+    }
+}
+
+/// `'…'` quoting for text put into a command line.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 /// How a wrapper command is read: which options take a value, and how many
 /// positional words come before the wrapped command.
 struct Wrapper {
@@ -1620,6 +2077,12 @@ fn wrapper(name: &str) -> Option<Wrapper> {
             w("", &[], 0)
         }
         "exec" => w("a", &[], 0),
+        // `chroot [--userspec=U:G] NEWROOT [command…]`: a change of root,
+        // so allow rules must cover it.
+        "chroot" => Wrapper {
+            transparent: false,
+            ..w("", &["--userspec", "--groups"], 1)
+        },
         "time" => w("fo", &["--format", "--output"], 0),
         "nice" => w("n", &["--adjustment"], 0),
         "ionice" => w(
@@ -1844,7 +2307,7 @@ mod tests {
             ("echo 'rm -rf /' | sh", &["echo rm -rf /", "sh", "rm -rf /"]),
             (
                 "find . | xargs rm -rf /",
-                &["find .", "xargs rm -rf /", "rm -rf /"],
+                &["find .", "xargs rm -rf /", "rm -rf / …"],
             ),
             (
                 "xargs -I{} -n 1 rm -rf {}",
@@ -1909,6 +2372,80 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(&commands(line), want, "{line:?}");
         }
+    }
+
+    #[test]
+    fn commands_run_from_data_or_arguments_are_collected() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "parallel rm -rf ::: a b",
+                &["parallel rm -rf ::: a b", "rm -rf a", "rm -rf b"],
+            ),
+            (
+                "parallel 'gzip {}' ::: x.log",
+                &["parallel gzip {} ::: x.log", "gzip x.log"],
+            ),
+            (
+                "ls | parallel rm",
+                &["ls", "parallel rm", "rm $PARALLEL_ARG"],
+            ),
+            ("xargs -I% rm %", &["xargs -I% rm %", "rm %"]),
+            (
+                "ssh -p 22 h 'ls; reboot'",
+                &["ssh -p 22 h ls; reboot", "ls", "reboot"],
+            ),
+            ("ssh h", &["ssh h"]),
+            (
+                "flock /l -c 'make all'",
+                &["flock /l -c make all", "make all"],
+            ),
+            ("flock -w 3 /l make", &["flock -w 3 /l make", "make"]),
+            ("chroot /mnt ls /", &["chroot /mnt ls /", "ls /"]),
+            ("command -v rm", &["command -v rm"]),
+            (
+                "python3 -c \"import os; os.system('ls')\"",
+                &["python3 -c import os; os.system('ls')", "ls"],
+            ),
+            (
+                "python3 -c 'import shutil; shutil.rmtree(\"b\")'",
+                &["python3 -c import shutil; shutil.rmtree(\"b\")", "rm -r b"],
+            ),
+            ("perl -e 'unlink \"x\"'", &["perl -e unlink \"x\"", "rm x"]),
+            (
+                "perl -e 'unlink(\"x\")'",
+                &["perl -e unlink(\"x\")", "rm x"],
+            ),
+        ];
+        for (line, want) in cases {
+            assert_eq!(&commands(line), want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn remote_and_data_filled_commands_are_marked() {
+        let script = parse("ssh me@h 'rm -rf x' && xargs rm -f").unwrap();
+        let marks: Vec<(String, Option<&str>, Option<&str>)> = script
+            .commands
+            .iter()
+            .map(|c| (c.display(), c.remote.as_deref(), c.unknown_args.as_deref()))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                ("ssh me@h 'rm -rf x'".to_string(), None, None),
+                ("rm -rf x".to_string(), Some("me@h"), None),
+                ("xargs rm -f".to_string(), None, None),
+                (
+                    "rm -f …".to_string(),
+                    None,
+                    Some("come from the input of `xargs`")
+                ),
+            ]
+        );
+        let script = parse("python3 -c 'open(\"/dev/sda\", \"w\")'").unwrap();
+        assert_eq!(script.redirects.len(), 1);
+        assert_eq!(script.redirects[0].target.text(), "/dev/sda");
+        assert!(script.redirects[0].write);
     }
 
     #[test]
@@ -2109,10 +2646,6 @@ mod tests {
             parse(&many),
             Err(ParseError::TooManyNested { .. })
         ));
-    }
-
-    fn shell_quote(s: &str) -> String {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 
     #[test]
