@@ -87,6 +87,7 @@ fn the_kernel_confines_an_agents_bash_even_with_the_policy_off() {
          cat \"$HOME/.ssh/id_rsa\"; echo key=$?; \
          echo y >> \"$SBX_CONFIG\"; echo config=$?; \
          bash -c 'sh -c \"touch $SBX_OUT/grandchild\"'; echo grandchild=$?; \
+         umount \"$SBX_STATE\" 2>/dev/null; echo umount=$?; \
          echo in > inside.txt && cat inside.txt; \
          echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"";
     let s = setup(
@@ -109,6 +110,11 @@ fn the_kernel_confines_an_agents_bash_even_with_the_policy_off() {
     ] {
         assert!(result.contains(refused), "{refused} in:\n{result}");
     }
+    // The mounts that hide things cannot be taken away from inside.
+    assert!(
+        result.contains("umount=") && !result.contains("umount=0"),
+        "{result}"
+    );
     assert!(!result.contains("PRIVATE KEY"), "{result}");
     // ...and a line from flytod says where it came from.
     assert!(
@@ -317,4 +323,40 @@ fn a_read_only_session_writes_nowhere_but_its_tmpdir() {
 
     let out = s.env.ctl(&["session_new", "--sandbox", "strict"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
+}
+
+#[test]
+fn without_user_namespaces_hidden_paths_are_left_out_of_the_read_grants() {
+    let command = "cat \"$HOME/.ssh/id_rsa\"; echo key=$?; ls \"$SBX_STATE\"; echo state=$?; \
+         cat \"$HOME/notes.txt\"; echo x > \"$SBX_OUT/o\"; echo write=$?; \
+         echo in > inside.txt && cat inside.txt";
+    let s = setup(
+        POLICY_OFF,
+        vec![bash("call_fallback", command), Reply::text("ok")],
+        &[("FLYTO_SANDBOX_PROBE", "no-userns")],
+    );
+    let stats = s.env.ctl(&["stats"]);
+    assert!(
+        stats.stdout.contains("no mount namespace"),
+        "{}",
+        stats.stdout
+    );
+    assert!(
+        s.daemon.log().contains("no mount namespace"),
+        "{}",
+        s.daemon.log()
+    );
+    let (events, result) = s.turn("call_fallback");
+    assert!(done(&events), "{events:#?}");
+    assert!(
+        result.contains("key=1") && !result.contains("PRIVATE KEY"),
+        "{result}"
+    );
+    assert!(result.contains("state=2"), "{result}");
+    assert!(result.contains("the user's notes"), "{result}");
+    assert!(
+        result.contains("write=1") && result.contains("\nin\n"),
+        "{result}"
+    );
+    assert!(!s.out().join("o").exists());
 }

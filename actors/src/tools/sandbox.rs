@@ -252,7 +252,8 @@ pub fn expand(path: &str, home: Option<&Path>) -> PathBuf {
 }
 
 /// Set to `unavailable` in flytod's environment, the probe reports no
-/// Landlock (to try the degraded mode and `require` without such a kernel).
+/// Landlock; set to `no-userns`, no user namespaces (to try the degraded
+/// modes and `require` without such a kernel).
 pub const PROBE_ENV: &str = "FLYTO_SANDBOX_PROBE";
 
 /// What the kernel offers (probed once; later calls return the same).
@@ -270,6 +271,7 @@ fn probe_now() -> Support {
             )),
         };
     }
+    let simulate_no_userns = std::env::var(PROBE_ENV).as_deref() == Ok("no-userns");
     // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns a number.
     let abi = unsafe {
         libc::syscall(
@@ -293,7 +295,15 @@ fn probe_now() -> Support {
         };
         (0, Some(why))
     };
-    let userns = match userns_works() {
+    let userns = match userns_works().and_then(|()| {
+        if simulate_no_userns {
+            Err(std::io::Error::other(format!(
+                "the probe was told they are refused ({PROBE_ENV}=no-userns)"
+            )))
+        } else {
+            Ok(())
+        }
+    }) {
         Ok(()) => true,
         Err(e) => {
             if note.is_none() {
