@@ -233,6 +233,7 @@ fn configure_sandbox(
         hidden,
         writable,
         require: config.sandbox.require,
+        tmp_root: sandbox::tmp_root(state_dir),
     });
 }
 

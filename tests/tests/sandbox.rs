@@ -296,7 +296,7 @@ fn a_read_only_session_writes_nowhere_but_its_tmpdir() {
         vec![
             bash(
                 "call_ro",
-                "echo a > in-workdir.txt; echo ws=$?; echo b > \"$TMPDIR/t\" && echo tmp=ok",
+                "echo a > in-workdir.txt; echo ws=$?; echo b > \"$TMPDIR/t\" && echo tmp=ok; echo tmpdir=$TMPDIR",
             ),
             Reply::text("ok"),
         ],
@@ -320,6 +320,17 @@ fn a_read_only_session_writes_nowhere_but_its_tmpdir() {
         "{result}"
     );
     assert!(!dir.join("in-workdir.txt").exists());
+    // Its TMPDIR is its own, and goes when the session does.
+    let tmpdir = result
+        .lines()
+        .find_map(|l| l.strip_prefix("tmpdir="))
+        .expect("the tool printed its TMPDIR")
+        .to_string();
+    assert!(tmpdir.ends_with(&format!("/{id}")), "{tmpdir}");
+    assert!(std::path::Path::new(&tmpdir).join("t").exists());
+    let out = s.env.ctl(&["session_delete", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!std::path::Path::new(&tmpdir).exists());
 
     let out = s.env.ctl(&["session_new", "--sandbox", "strict"]);
     assert_eq!(out.code, 2, "{}", out.stderr);

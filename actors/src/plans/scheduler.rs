@@ -526,6 +526,7 @@ impl SchedulerState {
         let rec = self.finished(key, "removed")?;
         self.reader.store.delete(&rec).map_err(Reject::internal)?;
         let _ = std::fs::remove_dir_all(plan_log_dir(&self.reader.log_dir, rec.id));
+        let _ = std::fs::remove_dir_all(tmpdir_for(&format_id(rec.id)));
         Ok(format_id(rec.id))
     }
 
@@ -1095,6 +1096,7 @@ impl SchedulerState {
                 if let Some(rec) = self.reader.store.get(id)? {
                     self.reader.store.delete(&rec)?;
                     let _ = std::fs::remove_dir_all(plan_log_dir(&self.reader.log_dir, id));
+                    let _ = std::fs::remove_dir_all(tmpdir_for(&format_id(id)));
                     deleted += 1;
                 }
             }

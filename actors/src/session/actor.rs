@@ -460,7 +460,10 @@ impl SessionState {
         self.deps
             .store
             .delete(self.rec.id)
-            .map_err(Reject::internal)
+            .map_err(Reject::internal)?;
+        // Its private TMPDIR goes with it (absent when it never ran).
+        let _ = std::fs::remove_dir_all(crate::tools::sandbox::tmpdir_for(&format_id(self.rec.id)));
+        Ok(())
     }
 
     /// Whether `text` is the last user message and nothing answered it

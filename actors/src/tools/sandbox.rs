@@ -188,6 +188,8 @@ pub struct Host {
     pub hidden: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub require: bool,
+    /// See [`tmp_root`].
+    pub tmp_root: PathBuf,
 }
 
 static HOST: RwLock<Option<Arc<Host>>> = RwLock::new(None);
@@ -226,11 +228,22 @@ fn host() -> Option<Arc<Host>> {
 /// The private TMPDIR of `owner` (a session or plan id): under the system
 /// temporary directory, since flytod's state directory is hidden.
 pub fn tmpdir_for(owner: &str) -> PathBuf {
+    match host() {
+        Some(h) => h.tmp_root.join(owner),
+        None => tmp_root(Path::new("")).join(owner),
+    }
+}
+
+/// Where the private TMPDIRs of the flytod with `state_dir` live: one
+/// folder per user and state directory, so two daemons of one user (each
+/// with its own `s1`) never share one.
+pub fn tmp_root(state_dir: &Path) -> PathBuf {
+    use sha2::{Digest, Sha256};
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
-    std::env::temp_dir()
-        .join(format!("flyto-{uid}"))
-        .join(owner)
+    let digest = Sha256::digest(state_dir.as_os_str().as_bytes());
+    let tag: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    std::env::temp_dir().join(format!("flyto-{uid}-{tag}"))
 }
 
 /// The folders hidden whatever the config says, under `home`.

@@ -38,6 +38,7 @@ pub fn run(rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         hidden,
         writable: Vec::new(),
         require: false,
+        tmp_root: tmp.path().join("tmp"),
     });
     let tool = BashTool::new(Arc::new(Policy::builtin_only(Some(home.clone()))));
     let ctx = |sandbox: Option<SandboxSpec>| ToolContext {
