@@ -11,6 +11,7 @@ pub mod compaction;
 pub mod llm;
 pub mod plans;
 pub mod session;
+pub mod skills;
 pub mod store;
 pub mod supervisor;
 pub mod tools;

@@ -102,6 +102,11 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &'static str;
     /// JSON Schema of the arguments object, as JSON text.
     fn input_schema(&self) -> &'static str;
+    /// The schema for a session in `workdir`, when it depends on it (e.g.
+    /// `load_skill`'s enum of skills); `None`: the static one.
+    fn input_schema_for(&self, _workdir: &std::path::Path) -> Option<String> {
+        None
+    }
     /// True when this call may run in parallel with other safe calls
     /// (reads); false for anything that changes state.
     fn concurrency_safe(&self, args_json: &str) -> bool;
