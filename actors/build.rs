@@ -19,7 +19,8 @@ fn main() {
         out.push_str(&format!("    ({rel:?}, include_bytes!({abs:?})),\n"));
     }
     out.push_str("];\n");
-    let dest = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("builtin_skills.rs");
+    let dest =
+        PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("builtin_skills.rs");
     if let Err(e) = std::fs::write(&dest, out) {
         panic!("cannot write {}: {e}", dest.display());
     }
@@ -39,7 +40,10 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
             collect(root, &path, files);
         } else if let Ok(rel) = path.strip_prefix(root) {
             let abs = std::fs::canonicalize(&path).unwrap_or(path.clone());
-            files.push((rel.to_string_lossy().into_owned(), abs.to_string_lossy().into_owned()));
+            files.push((
+                rel.to_string_lossy().into_owned(),
+                abs.to_string_lossy().into_owned(),
+            ));
         }
     }
 }

@@ -15,6 +15,7 @@ mod cmd_daemon;
 mod cmd_plans;
 mod cmd_policy;
 mod cmd_session;
+mod cmd_skills;
 mod cmd_status;
 mod cmd_submit;
 mod conn;
@@ -190,6 +191,23 @@ enum Command {
     #[command(name = "policy_check")]
     PolicyCheck(cmd_policy::CheckArgs),
 
+    /// List the skills a session in this directory sees
+    ///
+    /// Built-in skills, yours (`<config dir>/skills/`) and the project's
+    /// (`.flyto/skills/`, `.agents/skills/`), the higher source winning a
+    /// name. --all adds the folders each shadows and the skill folders that
+    /// could not be loaded, with file, line and reason.
+    #[command(name = "skill_list")]
+    SkillList(cmd_skills::ListArgs),
+
+    /// Show one skill: where it comes from, what it shadows, its files and body
+    #[command(name = "skill_show")]
+    SkillShow(cmd_skills::ShowArgs),
+
+    /// Rescan every skill folder now (sessions see the result at their next model call)
+    #[command(name = "skill_reload")]
+    SkillReload(cmd_skills::ReloadArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -281,6 +299,9 @@ fn run(cli: Cli) -> Result<u8> {
         Command::BreakerReset(args) => cmd_breaker::reset(&ctx, args),
         Command::Chat(args) => chat::run(&ctx, args),
         Command::PolicyCheck(args) => cmd_policy::run(&ctx, args),
+        Command::SkillList(args) => cmd_skills::list(&ctx, args),
+        Command::SkillShow(args) => cmd_skills::show(&ctx, args),
+        Command::SkillReload(args) => cmd_skills::reload(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

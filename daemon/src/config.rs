@@ -25,6 +25,22 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     /// How the processes agents start are confined.
     pub sandbox: SandboxConfig,
+    pub skills: SkillsSection,
+}
+
+/// `[skills]`: where skills come from besides the built-ins and
+/// `<config dir>/skills`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsSection {
+    /// Read `<workdir>/.flyto/skills` and `<workdir>/.agents/skills`.
+    pub project: bool,
+}
+
+impl Default for SkillsSection {
+    fn default() -> Self {
+        SkillsSection { project: true }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -287,6 +303,14 @@ impl Config {
 
     pub fn models(&self) -> Models {
         Models::new(self.models.clone(), self.roles.clone())
+    }
+
+    /// The skill sources: the user's folder next to the config file.
+    pub fn skill_config(&self, config_path: &Path) -> flyto_actors::skills::SkillConfig {
+        flyto_actors::skills::SkillConfig {
+            user_dir: config_path.parent().map(|d| d.join("skills")),
+            project: self.skills.project,
+        }
     }
 
     pub fn session_config(&self, socket: &Path) -> SessionConfig {

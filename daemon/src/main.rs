@@ -263,6 +263,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // scoped plan sockets live next to it. Served (and READY) only after.
     let bound = listener::bind(&socket_path)?;
     let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
+    // One registry for every session, scanned before we serve.
+    let skills = Arc::new(flyto_actors::skills::SkillRegistry::new(
+        config.skill_config(&loaded.path),
+    ));
     let ctx = Arc::new(server::Ctx {
         reader: reader.clone(),
         draining: AtomicBool::new(false),
@@ -273,6 +277,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         // SAFETY: getuid has no preconditions.
         uid: unsafe { libc::getuid() },
         policy: policy.clone(),
+        skills: skills.clone(),
     });
     let socket_dir = bound
         .path
@@ -313,14 +318,19 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     flyto_actors::tools::env::hide_key_vars(&config.models());
+    let mut tools = flyto_actors::tools::builtin::all(policy.clone());
+    tools.push(Arc::new(flyto_actors::skills::LoadSkillTool {
+        registry: skills.clone(),
+    }));
     let session_deps = Arc::new(SessionDeps {
         store: Arc::new(SledSessionStore::open(store.clone())?),
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,
         models: RwLock::new(Arc::new(config.models())),
-        tools: Registry::new(flyto_actors::tools::builtin::all(policy.clone())),
+        tools: Registry::new(tools),
         config: RwLock::new(config.session_config(&socket_path)),
         clock: clock.clone(),
         sockets: plan_sockets.clone(),
+        skills: skills.clone(),
     });
     let breaker_spec = {
         let store = store.clone();
@@ -425,6 +435,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         if let Ok(mut c) = session_deps.config.write() {
                             *c = new.config.session_config(&socket_path);
                         }
+                        // SIGHUP also rescans the skills.
+                        skills.reconfigure(new.config.skill_config(&new.path));
                         configure_sandbox(
                             &new.config,
                             &state_dir,

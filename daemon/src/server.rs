@@ -9,8 +9,8 @@ use flyto_actors::tools::bash::SharedPolicy;
 use flyto_protocol::SessionEvent;
 use flyto_protocol::framing::{self, FrameError, nonblocking};
 use flyto_protocol::{
-    DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, PolicyCheckView, Request, Response,
-    Verdict,
+    BrokenSkillView, DaemonStats, ErrorCode, Event, MAX_FRAME, PROTOCOL_VERSION, PolicyCheckView,
+    Request, Response, SkillView, Verdict,
 };
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
@@ -38,6 +38,8 @@ pub struct Ctx {
     /// The `bash` tool's policy, swapped on reload: `policy_check` reads
     /// the same one.
     pub policy: SharedPolicy,
+    /// The skills every session sees; `skill_*` read and reload it.
+    pub skills: Arc<flyto_actors::skills::SkillRegistry>,
 }
 
 /// What a scoped plan socket may see: the plans of one chain, submitting
@@ -805,6 +807,41 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             Err(r) => Err(r),
         },
         Request::PolicyCheck { command, workdir } => policy_check(ctx, &command, &workdir),
+        Request::SkillList { workdir } => skill_set(ctx, "skill_list", &workdir).map(|set| {
+            Response::Skills {
+                skills: set.skills.values().map(|s| skill_view(&set, s)).collect(),
+                broken: set
+                    .broken
+                    .iter()
+                    .map(|b| BrokenSkillView {
+                        file: b.file.clone(),
+                        line: b.line as u64,
+                        reason: b.reason.clone(),
+                    })
+                    .collect(),
+            }
+        }),
+        Request::SkillShow { name, workdir } => {
+            skill_set(ctx, "skill_show", &workdir).and_then(|set| match set.get(&name) {
+                Some(skill) => Ok(Response::Skill {
+                    skill: skill_view(&set, skill),
+                    body: skill.parsed.body.clone(),
+                }),
+                None => Err(Reject::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no skill named `{name}` for {workdir}: `flytoctl skill_list --all` lists the skills and the broken ones"
+                    ),
+                )),
+            })
+        }
+        Request::SkillReload { workdir } => {
+            ctx.skills.reload();
+            skill_set(ctx, "skill_reload", &workdir).map(|set| Response::SkillsReloaded {
+                skills: set.skills.len() as u64,
+                broken: set.broken.len() as u64,
+            })
+        }
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,
@@ -856,6 +893,49 @@ fn policy_check(ctx: &Ctx, command: &str, workdir: &str) -> Result<Response, Rej
             workdir: dir.display().to_string(),
         },
     })
+}
+
+/// The skills a session in `workdir` (absolute, canonicalised as a
+/// session's is) sees.
+fn skill_set(
+    ctx: &Ctx,
+    op: &str,
+    workdir: &str,
+) -> Result<Arc<flyto_actors::skills::SkillSet>, Reject> {
+    if !std::path::Path::new(workdir).is_absolute() {
+        return Err(Reject::new(
+            ErrorCode::BadRequest,
+            format!(
+                "{op}: workdir `{workdir}` is not absolute; send the absolute path of the project directory"
+            ),
+        ));
+    }
+    let dir = std::fs::canonicalize(workdir).map_err(|e| {
+        Reject::new(
+            ErrorCode::BadRequest,
+            format!("{op}: the workdir {workdir} is not usable ({e}); give an existing directory"),
+        )
+    })?;
+    Ok(ctx.skills.for_workdir(&dir))
+}
+
+fn skill_view(
+    set: &flyto_actors::skills::SkillSet,
+    skill: &flyto_actors::skills::Skill,
+) -> SkillView {
+    let p = &skill.parsed;
+    SkillView {
+        name: p.name.clone(),
+        description: p.description.clone(),
+        source: skill.origin.as_str().into(),
+        path: skill.folder.clone(),
+        shadowed: set.shadowed.get(&p.name).cloned().unwrap_or_default(),
+        resources: skill.resources.clone(),
+        license: p.license.clone(),
+        compatibility: p.compatibility.clone(),
+        allowed_tools: p.allowed_tools.clone(),
+        metadata: p.metadata.clone(),
+    }
 }
 
 /// Writes all of `buf` to the shared write half.

@@ -198,6 +198,7 @@ pub mod nonblocking {
 mod tests {
     use super::*;
     use crate::types::*;
+    use std::collections::BTreeMap;
 
     fn samples() -> (Vec<Request>, Vec<Response>) {
         let step = StepSpec {
@@ -310,7 +311,29 @@ mod tests {
                 command: "rm -rf /".into(),
                 workdir: "/w".into(),
             },
+            Request::SkillList {
+                workdir: "/w".into(),
+            },
+            Request::SkillShow {
+                name: "flyto-plans".into(),
+                workdir: "/w".into(),
+            },
+            Request::SkillReload {
+                workdir: "/w".into(),
+            },
         ];
+        let skill = SkillView {
+            name: "flyto-plans".into(),
+            description: "Use when".into(),
+            source: "user".into(),
+            path: "/c/skills/flyto-plans".into(),
+            shadowed: vec!["<builtin>/flyto-plans".into()],
+            resources: vec!["references/a.md".into()],
+            license: Some("MIT".into()),
+            compatibility: None,
+            allowed_tools: Some("bash".into()),
+            metadata: BTreeMap::from([("author".to_string(), "me".to_string())]),
+        };
         let session = SessionView {
             id: "s1".into(),
             name: None,
@@ -525,6 +548,22 @@ mod tests {
                     message: None,
                     workdir: "/w".into(),
                 },
+            },
+            Response::Skills {
+                skills: vec![skill.clone()],
+                broken: vec![BrokenSkillView {
+                    file: "/w/.flyto/skills/x/SKILL.md".into(),
+                    line: 3,
+                    reason: "the description is empty".into(),
+                }],
+            },
+            Response::Skill {
+                skill,
+                body: "# Plans\n".into(),
+            },
+            Response::SkillsReloaded {
+                skills: 3,
+                broken: 1,
             },
         ];
         let mut responses = responses;

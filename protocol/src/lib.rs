@@ -47,5 +47,6 @@ pub use types::*;
 /// the per-outcome step counts of `PlanSummary`, session approvals,
 /// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: the
 /// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
-/// and step `sandbox`, `DaemonStats::sandbox`).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// and step `sandbox`, `DaemonStats::sandbox`; 5: issue 12's memory and
+/// skills: `skill_list`, `skill_show`, `skill_reload`).
+pub const PROTOCOL_VERSION: u32 = 5;

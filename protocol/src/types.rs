@@ -123,6 +123,21 @@ pub enum Request {
         command: String,
         workdir: String,
     },
+    /// The skills a session in `workdir` (absolute) sees, the shadowed
+    /// folders and the skill folders that could not be loaded.
+    SkillList {
+        workdir: String,
+    },
+    /// One skill as a session in `workdir` sees it, with its body.
+    SkillShow {
+        name: String,
+        workdir: String,
+    },
+    /// Rescans every skill source now; answers with the counts `workdir`
+    /// then sees.
+    SkillReload {
+        workdir: String,
+    },
 }
 
 impl Request {
@@ -153,6 +168,9 @@ impl Request {
             Request::SessionDelete { .. } => "session_delete",
             Request::SessionApprove { .. } => "session_approve",
             Request::PolicyCheck { .. } => "policy_check",
+            Request::SkillList { .. } => "skill_list",
+            Request::SkillShow { .. } => "skill_show",
+            Request::SkillReload { .. } => "skill_reload",
         }
     }
 }
@@ -235,6 +253,22 @@ pub enum Response {
     /// The answer to `policy_check`.
     PolicyVerdict {
         check: PolicyCheckView,
+    },
+    /// The answer to `skill_list`: valid skills by name, then the broken
+    /// ones by file.
+    Skills {
+        skills: Vec<SkillView>,
+        broken: Vec<BrokenSkillView>,
+    },
+    /// The answer to `skill_show`.
+    Skill {
+        skill: SkillView,
+        body: String,
+    },
+    /// The answer to `skill_reload`.
+    SkillsReloaded {
+        skills: u64,
+        broken: u64,
     },
 }
 
@@ -454,6 +488,34 @@ pub struct PolicyCheckView {
     pub message: Option<String>,
     /// The workdir it was judged in.
     pub workdir: String,
+}
+
+/// A valid skill as a session sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkillView {
+    pub name: String,
+    pub description: String,
+    /// `builtin`, `user` or `project`.
+    pub source: String,
+    /// Its folder (`<builtin>/NAME` for a built-in skill).
+    pub path: String,
+    /// The folders of the same name it shadowed, highest precedence first.
+    pub shadowed: Vec<String>,
+    /// Its files other than `SKILL.md`, relative to its folder.
+    pub resources: Vec<String>,
+    pub license: Option<String>,
+    pub compatibility: Option<String>,
+    pub allowed_tools: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A skill folder that could not be loaded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokenSkillView {
+    pub file: String,
+    /// 1-based; 0 when the problem is the file or folder as a whole.
+    pub line: u64,
+    pub reason: String,
 }
 
 /// One project's compaction circuit breaker.

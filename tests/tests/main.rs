@@ -14,4 +14,5 @@ mod sandbox;
 mod scope;
 mod secret_guard;
 mod sessions;
+mod skills;
 mod systemd;

@@ -90,6 +90,8 @@ pub struct SessionDeps {
     pub clock: Arc<dyn Clock>,
     /// Scoped plan sockets for the agent's children.
     pub sockets: Arc<dyn PlanSockets>,
+    /// The skills every session sees (its catalogue and `load_skill`).
+    pub skills: Arc<crate::skills::SkillRegistry>,
 }
 
 impl SessionDeps {

@@ -184,25 +184,44 @@ pub async fn run(
     Finished { record: rec }
 }
 
-fn tool_specs(deps: &SessionDeps) -> Vec<ToolSpec> {
+fn tool_specs(deps: &SessionDeps, workdir: &std::path::Path) -> Vec<ToolSpec> {
     deps.tools
         .iter()
         .map(|t| ToolSpec {
             name: t.name().into(),
             description: t.description().into(),
-            input_schema_json: t.input_schema().into(),
+            input_schema_json: t
+                .input_schema_for(workdir)
+                .unwrap_or_else(|| t.input_schema().into()),
         })
         .collect()
 }
 
+/// The system prompt of the next model call (the static part, then the
+/// skills catalogue as the registry has it now) and the tool specs.
+fn prompt_and_tools(
+    deps: &SessionDeps,
+    static_part: &str,
+    workdir: &std::path::Path,
+    context_window: u64,
+) -> (String, Vec<ToolSpec>, crate::skills::Catalogue) {
+    let set = deps.skills.for_workdir(workdir);
+    let catalogue = crate::skills::catalogue(&set, context_window);
+    let system = if catalogue.text.is_empty() {
+        static_part.to_string()
+    } else {
+        format!("{static_part}\n\n{}", catalogue.text)
+    };
+    (system, tool_specs(deps, workdir), catalogue)
+}
+
 /// Tokens every request spends before the first message: the system
-/// prompt and the tool schemas.
+/// prompt and the tool schemas (the catalogue at its largest budget, so it
+/// errs high).
 pub fn fixed_tokens(deps: &SessionDeps, workdir: &str, now_ms: u64) -> u64 {
-    crate::compaction::estimate::request_tokens(
-        &system_prompt(workdir, now_ms),
-        &tool_specs(deps),
-        &[],
-    )
+    let dir = std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.into());
+    let (system, tools, _) = prompt_and_tools(deps, &system_prompt(workdir, now_ms), &dir, 0);
+    crate::compaction::estimate::request_tokens(&system, &tools, &[])
 }
 
 fn system_prompt(workdir: &str, now_ms: u64) -> String {
@@ -258,7 +277,6 @@ async fn drive(
     let models = deps.models();
     let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
     let mut window: Vec<Message> = context::load_window(deps, rec)?;
-    let tools = tool_specs(deps);
     let workdir = std::fs::canonicalize(&rec.workdir).map_err(|e| {
         format!(
             "the session workdir {} is not usable ({e}): create it or start a new session",
@@ -295,9 +313,12 @@ async fn drive(
     {
         emit.emit(SessionEvent::Notice { message: why });
     }
-    let system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
+    let static_system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
+    let context_window = u64::from(route.primary.profile.context_window);
+    let (mut system, mut tools, _) =
+        prompt_and_tools(deps, &static_system, &workdir, context_window);
     let workdir_text = workdir.display().to_string();
-    let check = Check {
+    let mut check = Check {
         deps,
         route: &route,
         workdir: &workdir_text,
@@ -305,6 +326,7 @@ async fn drive(
         cancel,
         emit,
     };
+    let mut told_shortened = false;
     let mut flags = context::RunFlags::default();
     if mode == Mode::Compact {
         let before = rec.context.compactions;
@@ -345,6 +367,20 @@ async fn drive(
     let mut force = false;
     // The config refuses 0, so every run may call the model at least once.
     for _ in 0..config.max_iterations {
+        // Skills reload while a run goes on: each call sees the set as it is now.
+        let catalogue;
+        (system, tools, catalogue) =
+            prompt_and_tools(deps, &static_system, &workdir, context_window);
+        check.fixed_tokens = crate::compaction::estimate::request_tokens(&system, &tools, &[]);
+        if catalogue.shortened && !told_shortened {
+            told_shortened = true;
+            emit.emit(SessionEvent::Notice {
+                message: format!(
+                    "the skills catalogue was shortened to fit its budget of {} characters: some descriptions are cut (every skill is still listed)",
+                    catalogue.budget
+                ),
+            });
+        }
         match check.run(rec, force, &mut flags).await {
             Checked::Go { compacted: true } => window = context::load_window(deps, rec)?,
             Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}

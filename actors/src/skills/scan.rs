@@ -190,8 +190,8 @@ pub fn list_resources(dir: &Path) -> Vec<String> {
                 continue;
             }
             if ft.is_symlink() {
-                let inside = std::fs::canonicalize(&path)
-                    .is_ok_and(|t| t.starts_with(dir) && t.is_file());
+                let inside =
+                    std::fs::canonicalize(&path).is_ok_and(|t| t.starts_with(dir) && t.is_file());
                 if !inside {
                     continue;
                 }

@@ -66,7 +66,12 @@ fn a_folded_description_and_a_list_of_tools_parse() {
 fn each_refusal_names_its_line_and_the_fix() {
     let cases: Vec<(String, &str, usize, &str)> = vec![
         ("# no frontmatter\n".into(), "x", 1, "must start with"),
-        ("---\nname: x\ndescription: d\n".into(), "x", 1, "never closed"),
+        (
+            "---\nname: x\ndescription: d\n".into(),
+            "x",
+            1,
+            "never closed",
+        ),
         (
             "---\nname: other\ndescription: d\n---\n".into(),
             "x",
@@ -74,7 +79,12 @@ fn each_refusal_names_its_line_and_the_fix() {
             "differs from its folder `x`",
         ),
         ("---\nname: x\ndescription:\n---\n".into(), "x", 3, "empty"),
-        ("---\nname: x\ndescription: \"\"\n---\n".into(), "x", 3, "empty"),
+        (
+            "---\nname: x\ndescription: \"\"\n---\n".into(),
+            "x",
+            3,
+            "empty",
+        ),
         ("---\nname: x\n---\n".into(), "x", 3, "no `description`"),
         ("---\ndescription: d\n---\n".into(), "x", 3, "no `name`"),
         (
@@ -136,11 +146,23 @@ fn higher_sources_win_and_the_set_says_what_they_shadowed() {
     let tmp = tempfile::tempdir().unwrap();
     let user = tmp.path().join("config/skills");
     let work = tmp.path().join("work");
-    write_skill(&user, "flyto-plans", &skill_md("flyto-plans", "user's plans"));
+    write_skill(
+        &user,
+        "flyto-plans",
+        &skill_md("flyto-plans", "user's plans"),
+    );
     write_skill(&user, "deploy", &skill_md("deploy", "user deploy"));
     write_skill(&user, "only-user", &skill_md("only-user", "mine"));
-    write_skill(&work, ".flyto/skills/deploy", &skill_md("deploy", "flyto deploy"));
-    write_skill(&work, ".agents/skills/deploy", &skill_md("deploy", "agents deploy"));
+    write_skill(
+        &work,
+        ".flyto/skills/deploy",
+        &skill_md("deploy", "flyto deploy"),
+    );
+    write_skill(
+        &work,
+        ".agents/skills/deploy",
+        &skill_md("deploy", "agents deploy"),
+    );
     write_skill(&work, ".flyto/skills/broken", "no frontmatter\n");
     let reg = SkillRegistry::new(SkillConfig {
         user_dir: Some(user.clone()),
@@ -163,7 +185,11 @@ fn higher_sources_win_and_the_set_says_what_they_shadowed() {
     );
     assert!(set.skills.contains_key("only-user"));
     assert_eq!(set.broken.len(), 1);
-    assert!(set.broken[0].file.ends_with(".flyto/skills/broken/SKILL.md"));
+    assert!(
+        set.broken[0]
+            .file
+            .ends_with(".flyto/skills/broken/SKILL.md")
+    );
     assert_eq!(set.broken[0].line, 1);
 
     // Project skills off: only built-ins and the user's.
@@ -320,7 +346,10 @@ fn load_skill_paths_stay_inside_the_skill_folder() {
         ["big.txt", "link-in", "references/ok.md"],
         "the symlink out is not listed"
     );
-    assert_eq!(read_resource(skill, "references/ok.md").unwrap(), "inside\n");
+    assert_eq!(
+        read_resource(skill, "references/ok.md").unwrap(),
+        "inside\n"
+    );
     assert_eq!(read_resource(skill, "./link-in").unwrap(), "inside\n");
     let refused = [
         ("../../outside.txt", "leaves the skill's folder"),
@@ -383,5 +412,8 @@ fn the_catalogue_shortens_descriptions_but_never_drops_a_name() {
     let one = resolve(scan::builtins(embedded::FILES));
     let c = catalogue(&one, 128_000);
     assert!(!c.shortened);
-    assert!(c.text.contains(&one.skills["flyto-plans"].parsed.description));
+    assert!(
+        c.text
+            .contains(&one.skills["flyto-plans"].parsed.description)
+    );
 }

@@ -98,12 +98,15 @@ impl Tool for LoadSkillTool {
             match args.path {
                 None => ToolOutput::ok(render(&skill)),
                 Some(path) => {
-                    run_blocking(ctx, "load_skill", OnCancel::Abandon, move |_| {
-                        match read_resource(&skill, &path) {
+                    run_blocking(
+                        ctx,
+                        "load_skill",
+                        OnCancel::Abandon,
+                        move |_| match read_resource(&skill, &path) {
                             Ok(text) => ToolOutput::ok(text),
                             Err(e) => ToolOutput::error(e),
-                        }
-                    })
+                        },
+                    )
                     .await
                 }
             }
@@ -148,7 +151,9 @@ fn check_relative(path: &str) -> Result<(), String> {
             "`{path}` is absolute: pass a path relative to the skill's folder, as load_skill(name) lists it"
         ));
     }
-    if p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+    if p.components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
         return Err(format!(
             "`{path}` leaves the skill's folder (`..`): a skill's files are only those inside its folder"
         ));

@@ -1,0 +1,284 @@
+//! Skills through the real binaries: precedence and shadowing across the
+//! user's and the project's folders in `skill_list`, a broken skill
+//! reported by `skill_list --all` and counted in the catalogue the model
+//! receives, `load_skill` through a scripted tool call (body, resources,
+//! an escape refused), and `skill_reload` reaching the next model call.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::TestEnv;
+use flyto_tests::fake_llm::{FakeLlm, Reply};
+use flyto_tests::sessions_support::{
+    done, new_session, request_messages, request_tool_result, send, setup, workdir,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn write_skill(root: &Path, name: &str, description: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: {description}\n---\n# {name}\nThe steps of {name}.\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// The user's skill folder: `skills/` next to the config file.
+fn user_skills(env: &TestEnv) -> std::path::PathBuf {
+    env.config.parent().unwrap().join("skills")
+}
+
+fn system_prompt(body: &Value) -> String {
+    request_messages(body)
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no system message in {body:#}"))
+        .to_string()
+}
+
+#[test]
+fn skill_list_shows_which_source_won_and_what_it_shadowed() {
+    let env = TestEnv::new("");
+    let user = user_skills(&env);
+    let project = env.work.join("app");
+    write_skill(&user, "flyto-plans", "The user's own plan procedure.");
+    write_skill(&user, "deploy", "User deploy.");
+    write_skill(&project.join(".flyto/skills"), "deploy", "Flyto deploy.");
+    write_skill(&project.join(".agents/skills"), "deploy", "Agents deploy.");
+    // A name that differs from its folder.
+    let bad = project.join(".flyto/skills/release");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(
+        bad.join("SKILL.md"),
+        "---\nname: relase\ndescription: typo\n---\n",
+    )
+    .unwrap();
+    let _daemon = env.start();
+    let dir = project.display().to_string();
+
+    let out = env.ctl(&["skill_list", "--project", &dir]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let agents = project.join(".agents/skills/deploy").display().to_string();
+    assert!(
+        out.stdout
+            .contains(&format!("deploy  (project) {agents}\n    Agents deploy.")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(&format!(
+        "flyto-plans  (user) {}",
+        user.join("flyto-plans").display()
+    )));
+    assert!(
+        out.stdout
+            .contains("flyto-memory  (builtin) <builtin>/flyto-memory")
+    );
+    assert!(out.stdout.contains("1 skill folder could not be loaded"));
+    assert!(!out.stdout.contains("shadows"), "{}", out.stdout);
+
+    let out = env.ctl(&["skill_list", "--all", "--project", &dir]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let flyto = project.join(".flyto/skills/deploy").display().to_string();
+    let user_deploy = user.join("deploy").display().to_string();
+    assert!(
+        out.stdout.contains(&format!(
+            "    Agents deploy.\n    shadows {flyto}\n    shadows {user_deploy}\n"
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("    shadows <builtin>/flyto-plans\n"));
+    assert!(
+        out.stdout.contains(&format!(
+            "broken: {}:2: name `relase` differs from its folder `release`",
+            bad.join("SKILL.md").display()
+        )),
+        "{}",
+        out.stdout
+    );
+
+    let out = env.ctl(&["skill_list", "--all", "--json", "--project", &dir]);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let deploy = v["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "deploy")
+        .unwrap();
+    assert_eq!(deploy["source"], "project");
+    assert_eq!(deploy["shadowed"], json!([flyto, user_deploy]));
+    assert_eq!(v["broken"][0]["line"], 2);
+
+    let out = env.ctl(&["skill_show", "deploy", "--project", &dir]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("source:      project {agents}"))
+    );
+    assert!(out.stdout.contains(&format!("shadows:     {user_deploy}")));
+    assert!(out.stdout.contains("The steps of deploy."));
+
+    // Outside the project only the built-ins and the user's remain.
+    let out = env.ctl(&[
+        "skill_list",
+        "--all",
+        "--project",
+        &env.work.display().to_string(),
+    ]);
+    assert!(out.stdout.contains("deploy  (user)"), "{}", out.stdout);
+    assert!(!out.stdout.contains("broken:"), "{}", out.stdout);
+
+    let out = env.ctl(&["skill_show", "nope", "--project", &dir]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("no skill named `nope`"), "{out:?}");
+}
+
+#[test]
+fn the_model_gets_the_catalogue_and_the_count_of_broken_skills_and_reload_reaches_the_next_call() {
+    let fake = FakeLlm::start(vec![Reply::text("first"), Reply::text("second")]);
+    let env = TestEnv::new(&format!(
+        "{}{}",
+        flyto_tests::sessions_support::BASE,
+        fake.config()
+    ));
+    let user = user_skills(&env);
+    write_skill(&user, "deploy", "Use when deploying the app to staging.");
+    let broken = user.join("empty-desc");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("SKILL.md"),
+        "---\nname: empty-desc\ndescription: \"\"\n---\n",
+    )
+    .unwrap();
+    let _daemon = flyto_tests::sessions_support::start(&env);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+
+    assert!(done(&send(&env, &id, "hello")));
+    let requests = fake.requests();
+    let system = system_prompt(&requests[0]);
+    assert!(
+        system.contains("- deploy: Use when deploying the app to staging.\n"),
+        "{system}"
+    );
+    assert!(system.contains("- flyto-plans: "), "{system}");
+    assert!(
+        system.contains("1 skill could not be loaded (a broken SKILL.md)"),
+        "{system}"
+    );
+    let tools = requests[0]["tools"].as_array().unwrap();
+    let load = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "load_skill")
+        .expect("load_skill offered");
+    let names = &load["function"]["parameters"]["properties"]["name"]["enum"];
+    assert_eq!(
+        names,
+        &json!(["deploy", "flyto-memory", "flyto-plans", "skill-authoring"])
+    );
+
+    let out = env.ctl(&[
+        "skill_list",
+        "--all",
+        "--project",
+        &dir.display().to_string(),
+    ]);
+    assert!(
+        out.stdout.contains(&format!(
+            "broken: {}:3: the description is empty",
+            broken.join("SKILL.md").display()
+        )),
+        "{}",
+        out.stdout
+    );
+
+    write_skill(&user, "rollback", "Use when a deploy must be undone.");
+    let out = env.ctl(&["skill_reload", "--project", &dir.display().to_string()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("skills reloaded: 5 skills, 1 could not be loaded"),
+        "{}",
+        out.stdout
+    );
+    assert!(done(&send(&env, &id, "again")));
+    let requests = fake.requests();
+    assert!(
+        system_prompt(&requests[1]).contains("- rollback: Use when a deploy must be undone.\n"),
+        "{}",
+        system_prompt(&requests[1])
+    );
+    assert!(!system.contains("rollback"));
+}
+
+#[test]
+fn load_skill_returns_the_body_and_resources_and_refuses_to_leave_the_folder() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_calls(vec![
+            (
+                "c_body",
+                "load_skill",
+                json!({"name": "deploy"}).to_string(),
+            ),
+            (
+                "c_ref",
+                "load_skill",
+                json!({"name": "deploy", "path": "references/hosts.md"}).to_string(),
+            ),
+            (
+                "c_up",
+                "load_skill",
+                json!({"name": "deploy", "path": "../../outside.txt"}).to_string(),
+            ),
+            (
+                "c_link",
+                "load_skill",
+                json!({"name": "deploy", "path": "references/link"}).to_string(),
+            ),
+            (
+                "c_builtin",
+                "load_skill",
+                json!({"name": "skill-authoring", "path": "references/checklist.md"}).to_string(),
+            ),
+        ]),
+        Reply::text("loaded"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let skills = dir.join(".flyto/skills");
+    write_skill(&skills, "deploy", "Use when deploying.");
+    let refs = skills.join("deploy/references");
+    std::fs::create_dir_all(&refs).unwrap();
+    std::fs::write(refs.join("hosts.md"), "staging: app-1\n").unwrap();
+    std::fs::write(skills.join("outside.txt"), "NOT FOR THE MODEL\n").unwrap();
+    std::os::unix::fs::symlink(skills.join("outside.txt"), refs.join("link")).unwrap();
+    let id = new_session(&env, &dir);
+
+    assert!(done(&send(&env, &id, "deploy it")));
+    let requests = fake.requests();
+    let last = &requests[1];
+    let body = request_tool_result(last, "c_body");
+    assert!(body.contains("Skill `deploy` (project skill)"), "{body}");
+    let folder = std::fs::canonicalize(skills.join("deploy")).unwrap();
+    assert!(
+        body.contains(&format!("Folder: {}", folder.display())),
+        "{body}"
+    );
+    assert!(body.contains("- references/hosts.md\n"), "{body}");
+    assert!(
+        !body.contains("references/link"),
+        "the symlink out is not listed: {body}"
+    );
+    assert!(body.contains("The steps of deploy."), "{body}");
+    assert_eq!(request_tool_result(last, "c_ref"), "staging: app-1\n");
+    for call in ["c_up", "c_link"] {
+        let refused = request_tool_result(last, call);
+        assert!(!refused.contains("NOT FOR THE MODEL"), "{call}: {refused}");
+        assert!(refused.contains("skill's folder"), "{call}: {refused}");
+    }
+    assert!(request_tool_result(last, "c_builtin").starts_with("# Skill review checklist"));
+}
