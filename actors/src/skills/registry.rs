@@ -58,10 +58,16 @@ pub fn resolve(mut candidates: Vec<Candidate>) -> SkillSet {
         match c.outcome {
             Ok(skill) => {
                 let name = skill.name().to_string();
-                if set.skills.contains_key(&name) {
-                    set.shadowed.entry(name).or_default().push(c.folder);
-                } else {
-                    set.skills.insert(name, skill);
+                match set.skills.entry(name) {
+                    std::collections::btree_map::Entry::Occupied(e) => {
+                        set.shadowed
+                            .entry(e.key().clone())
+                            .or_default()
+                            .push(c.folder);
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(skill);
+                    }
                 }
             }
             Err(b) => set.broken.push(b),
