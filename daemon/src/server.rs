@@ -855,21 +855,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
 ///
 /// [`Policy::check`]: flyto_actors::tools::policy::Policy::check
 fn policy_check(ctx: &Ctx, command: &str, workdir: &str) -> Result<Response, Reject> {
-    if !std::path::Path::new(workdir).is_absolute() {
-        return Err(Reject::new(
-            ErrorCode::BadRequest,
-            format!(
-                "policy_check: workdir `{workdir}` is not absolute; send the absolute path of \
-                 the directory the command would run in"
-            ),
-        ));
-    }
-    let dir = std::fs::canonicalize(workdir).map_err(|e| {
-        Reject::new(
-            ErrorCode::BadRequest,
-            format!("policy_check: the workdir {workdir} is not usable ({e}); give an existing directory"),
-        )
-    })?;
+    let dir = canonical_workdir("policy_check", workdir)?;
     let policy = ctx.policy.read().map(|p| p.clone()).map_err(|_| {
         Reject::new(
             ErrorCode::Internal,
@@ -902,21 +888,26 @@ fn skill_set(
     op: &str,
     workdir: &str,
 ) -> Result<Arc<flyto_actors::skills::SkillSet>, Reject> {
+    Ok(ctx.skills.for_workdir(&canonical_workdir(op, workdir)?))
+}
+
+/// A request's `workdir`: absolute and existing, canonicalised as a
+/// session's is.
+fn canonical_workdir(op: &str, workdir: &str) -> Result<std::path::PathBuf, Reject> {
     if !std::path::Path::new(workdir).is_absolute() {
         return Err(Reject::new(
             ErrorCode::BadRequest,
             format!(
-                "{op}: workdir `{workdir}` is not absolute; send the absolute path of the project directory"
+                "{op}: workdir `{workdir}` is not absolute; send the absolute path of the directory it is about"
             ),
         ));
     }
-    let dir = std::fs::canonicalize(workdir).map_err(|e| {
+    std::fs::canonicalize(workdir).map_err(|e| {
         Reject::new(
             ErrorCode::BadRequest,
             format!("{op}: the workdir {workdir} is not usable ({e}); give an existing directory"),
         )
-    })?;
-    Ok(ctx.skills.for_workdir(&dir))
+    })
 }
 
 fn skill_view(

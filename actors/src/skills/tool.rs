@@ -59,16 +59,9 @@ impl Tool for LoadSkillTool {
         if set.skills.is_empty() {
             return None;
         }
+        let mut schema: serde_json::Value = serde_json::from_str(self.input_schema()).ok()?;
         let names: Vec<&str> = set.skills.keys().map(String::as_str).collect();
-        let schema = serde_json::json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "enum": names, "description": "The skill's name, as the catalogue lists it."},
-                "path": {"type": "string", "description": "One of the skill's files, relative to its folder (e.g. references/api.md). Omit it to load the skill itself."}
-            },
-            "required": ["name"],
-            "additionalProperties": false
-        });
+        schema["properties"]["name"]["enum"] = serde_json::json!(names);
         Some(schema.to_string())
     }
 
