@@ -35,11 +35,17 @@ pub struct Config {
 pub struct SkillsSection {
     /// Read `<workdir>/.flyto/skills` and `<workdir>/.agents/skills`.
     pub project: bool,
+    /// The periodic rescan behind the folder watcher.
+    #[serde(with = "humantime_serde")]
+    pub rescan_every: Duration,
 }
 
 impl Default for SkillsSection {
     fn default() -> Self {
-        SkillsSection { project: true }
+        SkillsSection {
+            project: true,
+            rescan_every: flyto_actors::skills::watch::RESCAN_EVERY,
+        }
     }
 }
 
@@ -310,6 +316,7 @@ impl Config {
         flyto_actors::skills::SkillConfig {
             user_dir: config_path.parent().map(|d| d.join("skills")),
             project: self.skills.project,
+            rescan_every: Some(self.skills.rescan_every),
         }
     }
 

@@ -267,6 +267,11 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let skills = Arc::new(flyto_actors::skills::SkillRegistry::new(
         config.skill_config(&loaded.path),
     ));
+    if let Err(e) = flyto_actors::skills::watch::start(skills.clone()) {
+        tracing::warn!(
+            "skills: cannot start the folder watcher ({e}); use `flytoctl skill_reload`"
+        );
+    }
     let ctx = Arc::new(server::Ctx {
         reader: reader.clone(),
         draining: AtomicBool::new(false),

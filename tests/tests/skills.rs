@@ -282,3 +282,69 @@ fn load_skill_returns_the_body_and_resources_and_refuses_to_leave_the_folder() {
     }
     assert!(request_tool_result(last, "c_builtin").starts_with("# Skill review checklist"));
 }
+
+/// Waits until `skill_list` (of `args`) shows `needle`.
+fn wait_for_list(env: &TestEnv, args: &[&str], needle: &str) -> String {
+    flyto_tests::wait_until(
+        &format!("skill_list to show {needle:?}"),
+        flyto_tests::DEADLINE,
+        || {
+            let out = env.ctl(args);
+            out.stdout.contains(needle).then_some(out.stdout)
+        },
+    )
+}
+
+fn rescans(daemon: &flyto_tests::Daemon) -> usize {
+    daemon
+        .log()
+        .matches("skills: rescanned after a change")
+        .count()
+}
+
+#[test]
+fn skill_folders_are_watched_a_broken_edit_keeps_the_last_good_version_and_other_files_do_not_rescan()
+ {
+    // No periodic rescan during the test: what happens is the watcher's.
+    let env = TestEnv::new("[skills]\nrescan_every = \"1h\"\n");
+    let user = user_skills(&env);
+    std::fs::create_dir_all(&user).unwrap();
+    let daemon = env.start();
+
+    // A new skill appears without skill_reload.
+    write_skill(&user, "fresh", "Added while flytod runs.");
+    wait_for_list(&env, &["skill_list"], "fresh  (user)");
+
+    // A broken edit: the good version keeps serving, and the error shows.
+    std::fs::write(user.join("fresh/SKILL.md"), "no frontmatter any more\n").unwrap();
+    let all = wait_for_list(&env, &["skill_list", "--all"], "keeps serving");
+    assert!(all.contains("fresh  (user)"), "{all}");
+    let show = env.ctl(&["skill_show", "fresh"]);
+    assert!(
+        show.stdout.contains("The steps of fresh."),
+        "{}",
+        show.stdout
+    );
+
+    // Writes to other files in the watched folder start no rescan.
+    let before = rescans(&daemon);
+    for i in 0..1000 {
+        std::fs::write(user.join("fresh/notes.txt"), format!("note {i}\n")).unwrap();
+    }
+    // Absence has no event to wait for: let the watcher's debounce window
+    // (250 ms) pass twice over, so a rescan they caused would be its own.
+    let quiet = std::time::Instant::now();
+    flyto_tests::wait_until("two debounce windows", flyto_tests::DEADLINE, || {
+        (quiet.elapsed() > std::time::Duration::from_millis(600)).then_some(())
+    });
+    assert_eq!(rescans(&daemon), before, "{}", daemon.log());
+    // A skill change after them is the next rescan; it must be the only one.
+    write_skill(&user, "marker", "Written after the notes.");
+    wait_for_list(&env, &["skill_list"], "marker  (user)");
+    flyto_tests::wait_until(
+        "the marker's rescan in the log",
+        flyto_tests::DEADLINE,
+        || (rescans(&daemon) > before).then_some(()),
+    );
+    assert_eq!(rescans(&daemon), before + 1, "{}", daemon.log());
+}

@@ -6,7 +6,8 @@
 //! source (`scan.rs`), resolving the sources into one set with shadowing
 //! (`registry.rs`: the one [`SkillRegistry`] every session shares, its
 //! sets swapped atomically), the catalogue the system prompt carries
-//! (`catalogue.rs`) and the `load_skill` tool (`tool.rs`).
+//! (`catalogue.rs`), the `load_skill` tool (`tool.rs`) and hot reload
+//! (`watch.rs`).
 //! Sources, lowest to highest precedence: the built-ins embedded in the
 //! binary (the workspace's `skills/` folder, read-only, never copied out),
 //! the user's `<config dir>/skills/`, the project's `<workdir>/.flyto/skills/`
@@ -24,6 +25,7 @@ pub mod parse;
 pub mod registry;
 pub mod scan;
 pub mod tool;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -20,6 +20,9 @@ pub struct SkillConfig {
     /// `[skills] project`: read `<workdir>/.flyto/skills` and
     /// `<workdir>/.agents/skills`.
     pub project: bool,
+    /// `[skills] rescan_every`: the periodic rescan behind the watcher
+    /// (events can be lost); `None`: the default.
+    pub rescan_every: Option<std::time::Duration>,
 }
 
 /// The project's sources, lowest to highest precedence.
@@ -55,6 +58,9 @@ pub fn resolve(mut candidates: Vec<Candidate>) -> SkillSet {
     candidates.sort_by(|a, b| b.rank.cmp(&a.rank).then_with(|| a.folder.cmp(&b.folder)));
     let mut set = SkillSet::default();
     for c in candidates {
+        if let Some(report) = c.kept {
+            set.broken.push(report);
+        }
         match c.outcome {
             Ok(skill) => {
                 let name = skill.name().to_string();
@@ -104,17 +110,50 @@ pub struct SkillRegistry {
     config: RwLock<SkillConfig>,
     base: RwLock<Arc<Vec<Candidate>>>,
     projects: Mutex<HashMap<PathBuf, Arc<SkillSet>>>,
+    /// Folder → the last version of its skill that loaded, so a broken edit
+    /// keeps the good one serving (and is reported).
+    last_good: Mutex<HashMap<String, Arc<Skill>>>,
+    /// Where the watcher is told about project folders to watch.
+    watch: Mutex<Option<std::sync::mpsc::Sender<super::watch::Msg>>>,
+    /// Rescans done (start-up, reloads, watcher, fallback).
+    rescans: std::sync::atomic::AtomicU64,
 }
 
 impl SkillRegistry {
     /// Scans the built-in and user sources now.
     pub fn new(config: SkillConfig) -> Self {
-        let base = scan_base(&config, &scan::list_fs);
+        let last_good = Mutex::new(HashMap::new());
+        let mut base = scan_base(&config, &scan::list_fs);
+        keep_last_good(&mut base, &last_good);
         SkillRegistry {
             config: RwLock::new(config),
             base: RwLock::new(Arc::new(base)),
             projects: Mutex::new(HashMap::new()),
+            last_good,
+            watch: Mutex::new(None),
+            rescans: std::sync::atomic::AtomicU64::new(1),
         }
+    }
+
+    /// The folders whose changes call for a rescan: the user source now;
+    /// project sources as sessions ask for them.
+    pub(super) fn user_dir(&self) -> Option<PathBuf> {
+        self.config().user_dir
+    }
+
+    pub(super) fn rescan_every(&self) -> Option<std::time::Duration> {
+        self.config().rescan_every
+    }
+
+    pub(super) fn set_watch(&self, tx: std::sync::mpsc::Sender<super::watch::Msg>) {
+        if let Ok(mut w) = self.watch.lock() {
+            *w = Some(tx);
+        }
+    }
+
+    /// Rescans done so far.
+    pub fn rescans(&self) -> u64 {
+        self.rescans.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Takes a new config (SIGHUP) and rescans.
@@ -133,7 +172,11 @@ impl SkillRegistry {
     /// sets (rescanned when next asked for). A session sees the new set at
     /// its next model call.
     pub fn reload(&self) {
-        let base = Arc::new(scan_base(&self.config(), &scan::list_fs));
+        self.rescans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut base = scan_base(&self.config(), &scan::list_fs);
+        keep_last_good(&mut base, &self.last_good);
+        let base = Arc::new(base);
         if let Ok(mut b) = self.base.write() {
             *b = base;
         }
@@ -155,7 +198,18 @@ impl SkillRegistry {
             .map(|b| b.clone())
             .unwrap_or_else(|_| Arc::new(Vec::new()));
         let mut candidates: Vec<Candidate> = base.as_ref().clone();
-        candidates.extend(scan_project(&self.config(), workdir, &scan::list_fs));
+        let config = self.config();
+        let mut project = scan_project(&config, workdir, &scan::list_fs);
+        keep_last_good(&mut project, &self.last_good);
+        candidates.extend(project);
+        if config.project
+            && let Ok(w) = self.watch.lock()
+            && let Some(tx) = w.as_ref()
+        {
+            for dir in project_dirs(workdir) {
+                let _ = tx.send(super::watch::Msg::Watch(dir));
+            }
+        }
         let set = Arc::new(resolve(candidates));
         if let Ok(mut p) = self.projects.lock() {
             if p.len() >= MAX_PROJECTS {
@@ -164,5 +218,32 @@ impl SkillRegistry {
             p.insert(workdir.to_path_buf(), set.clone());
         }
         set
+    }
+}
+
+/// A folder whose skill loaded before and is broken now keeps serving the
+/// last good version; its report stays, saying so.
+fn keep_last_good(candidates: &mut [Candidate], memo: &Mutex<HashMap<String, Arc<Skill>>>) {
+    let Ok(mut memo) = memo.lock() else {
+        return;
+    };
+    for c in candidates.iter_mut() {
+        match &c.outcome {
+            Ok(skill) => {
+                memo.insert(c.folder.clone(), skill.clone());
+            }
+            Err(broken) => {
+                if let Some(good) = memo.get(&c.folder) {
+                    let mut report = broken.clone();
+                    report.reason = format!(
+                        "{}; the last good version of `{}` keeps serving until this is fixed",
+                        report.reason,
+                        good.name()
+                    );
+                    c.kept = Some(report);
+                    c.outcome = Ok(good.clone());
+                }
+            }
+        }
     }
 }

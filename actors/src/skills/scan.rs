@@ -22,6 +22,8 @@ pub struct Candidate {
     /// The folder, as the listing shows it.
     pub folder: String,
     pub outcome: Result<Arc<Skill>, Broken>,
+    /// A broken edit's report while the last good version serves.
+    pub kept: Option<Broken>,
 }
 
 /// An entry of a folder: its name and whether it is a folder.
@@ -114,6 +116,7 @@ fn broken(rank: u8, folder: &Path, line: usize, reason: String) -> Candidate {
             line,
             reason,
         }),
+        kept: None,
     }
 }
 
@@ -160,6 +163,7 @@ fn load_dir(dir: &Path, rank: u8, origin: Origin) -> Candidate {
                 folder: dir.display().to_string(),
                 dir: Some(canonical),
             })),
+            kept: None,
         },
         Err(e) => broken(rank, dir, e.line, e.reason),
     }
@@ -244,6 +248,7 @@ pub fn builtins(files: &[(&str, &[u8])]) -> Vec<Candidate> {
                     reason,
                 }),
             },
+            kept: None,
         });
     }
     out

@@ -167,6 +167,7 @@ fn higher_sources_win_and_the_set_says_what_they_shadowed() {
     let reg = SkillRegistry::new(SkillConfig {
         user_dir: Some(user.clone()),
         project: true,
+        rescan_every: None,
     });
     let set = reg.for_workdir(&work);
     assert_eq!(set.skills["flyto-plans"].parsed.description, "user's plans");
@@ -196,6 +197,7 @@ fn higher_sources_win_and_the_set_says_what_they_shadowed() {
     reg.reconfigure(SkillConfig {
         user_dir: Some(user),
         project: false,
+        rescan_every: None,
     });
     let set = reg.for_workdir(&work);
     assert_eq!(set.skills["deploy"].parsed.description, "user deploy");
@@ -210,6 +212,7 @@ fn reload_sees_new_skills_and_the_scan_skips_hidden_git_and_node_modules() {
     let reg = SkillRegistry::new(SkillConfig {
         user_dir: Some(user.clone()),
         project: true,
+        rescan_every: None,
     });
     let work = tmp.path().join("w");
     fs::create_dir_all(&work).unwrap();
@@ -294,6 +297,7 @@ fn resolution_is_the_same_whatever_order_entries_are_listed_in() {
         let config = SkillConfig {
             user_dir: Some(user.clone()),
             project: true,
+            rescan_every: None,
         };
         let resolve_with = |order_seed: u64| {
             let rng = std::cell::RefCell::new(Rng(order_seed | 1));
@@ -338,6 +342,7 @@ fn load_skill_paths_stay_inside_the_skill_folder() {
     let reg = SkillRegistry::new(SkillConfig {
         user_dir: Some(user),
         project: false,
+        rescan_every: None,
     });
     let set = reg.for_workdir(tmp.path());
     let skill = &set.skills["conf"];
@@ -382,6 +387,7 @@ fn the_catalogue_shortens_descriptions_but_never_drops_a_name() {
     let reg = SkillRegistry::new(SkillConfig {
         user_dir: Some(user),
         project: false,
+        rescan_every: None,
     });
     let set = reg.for_workdir(tmp.path());
     // 128 K tokens: 2 % is 10 K chars, so the 8,000 cap applies.
