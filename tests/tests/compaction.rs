@@ -571,3 +571,52 @@ fn old_tool_output_is_shortened_only_under_pressure_and_first() {
     });
     assert_eq!(kept.as_deref(), Some(full.as_str()));
 }
+
+#[test]
+fn a_loaded_skill_survives_a_compaction_exactly_once_in_the_window() {
+    const MARKER: &str = "DEPLOY-STEP-MARKER: drain the node, then ship.";
+    let s = setup(128_000);
+    let skill = s.env.work.join("proj/.flyto/skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        format!("---\nname: deploy\ndescription: Use when deploying.\n---\n{MARKER}\n"),
+    )
+    .unwrap();
+    let out = s.env.ctl(&["session_model", &s.id, "big"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    s.main.push(vec![Reply::text("Set up.").usage(2_000, 20)]);
+    send_logged(&s.env, &s.daemon, &s.id, "Set up the project.");
+    s.main.push(vec![
+        Reply::tool_call("c_skill", "load_skill", r#"{"name":"deploy"}"#).usage(2_500, 20),
+        Reply::text("Loaded the deploy skill.").usage(3_000, 20),
+    ]);
+    send_logged(&s.env, &s.daemon, &s.id, "Get ready to deploy.");
+    s.main.push(vec![
+        Reply::tool_call("c1", "read", r#"{"path":"big.log"}"#).usage(4_000, 20),
+        Reply::text("Looked at the log.").usage(9_000, 20),
+    ]);
+    send_logged(&s.env, &s.daemon, &s.id, "Read big.log.");
+    // The smaller model compacts at once: the skill's turn is summarised.
+    s.fast.push(vec![Reply::text("## Goal\nDeploy.")]);
+    let out = s.env.ctl(&["session_model", &s.id, "main"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    flyto_tests::wait_until("the compaction", flyto_tests::DEADLINE, || {
+        let (view, _) = history(&s.env, &s.id);
+        (view.context.compactions == 1 && view.status == "idle").then_some(())
+    });
+    assert!(
+        !summary_prompt(&s.fast.requests()[0]).is_empty(),
+        "the summariser was asked"
+    );
+
+    s.main
+        .push(vec![Reply::text("Deploying.").usage(3_000, 20)]);
+    send_logged(&s.env, &s.daemon, &s.id, "Now deploy.");
+    let sent = last_request_text(&s.main);
+    assert_eq!(sent.matches("DEPLOY-STEP-MARKER").count(), 1, "{sent}");
+    assert!(
+        sent.contains("Skill `deploy`, loaded earlier (kept through the compaction)"),
+        "{sent}"
+    );
+}

@@ -17,7 +17,7 @@ pub mod summary;
 pub mod window;
 
 pub use budget::Budget;
-pub use summary::{Summarizer, SummaryFuture, Tier};
+pub use summary::{SKILL_PIN, Summarizer, SummaryFuture, Tier, skill_pins as summary_skill_pins};
 
 use crate::llm::{LlmError, Message, Usage};
 use estimate::messages_tokens;
@@ -222,7 +222,9 @@ pub async fn summary_step(
         .find(|(_, m)| window::is_user_turn(m))
         .filter(|(i, _)| *i >= head_end && *i < tail_start)
         .map(|(_, m)| summary::user_text(m));
-    let pins = summary::merge_pins(&input.state.pinned, summary::pin_candidates(&middle));
+    let mut found = summary::skill_pins(&middle);
+    found.extend(summary::pin_candidates(&middle));
+    let pins = summary::merge_pins(&input.state.pinned, found);
     let written = summary::summarize(model, input.state.summary.as_deref(), &middle)
         .await
         .map_err(CompactError::Llm)?;

@@ -357,11 +357,50 @@ pub fn pin_candidates(msgs: &[(u64, Message)]) -> Vec<String> {
     out
 }
 
+/// A pin that stands for a skill the model loaded: its body goes back into
+/// the window (once) instead of the pin's text.
+pub const SKILL_PIN: &str = "skill:";
+
+/// The skills loaded (`load_skill` without `path`) in `msgs`, as pins.
+pub fn skill_pins(msgs: &[(u64, Message)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, m) in msgs {
+        for b in &m.content {
+            if let Block::ToolUse {
+                name,
+                arguments_json,
+                ..
+            } = b
+                && name == "load_skill"
+                && let Ok(args) = serde_json::from_str::<serde_json::Value>(arguments_json)
+                && args.get("path").is_none_or(|p| p.is_null())
+                && let Some(skill) = args.get("name").and_then(|n| n.as_str())
+            {
+                let pin = format!("{SKILL_PIN}{skill}");
+                if !out.contains(&pin) {
+                    out.push(pin);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Previous pins plus new ones, without duplicates, the newest kept when
-/// there are too many.
+/// there are too many; skill pins are kept whatever the count, first.
 pub fn merge_pins(previous: &[String], new: Vec<String>) -> Vec<String> {
+    let (skills, previous): (Vec<&String>, Vec<&String>) =
+        previous.iter().partition(|p| p.starts_with(SKILL_PIN));
+    let (new_skills, new): (Vec<String>, Vec<String>) =
+        new.into_iter().partition(|p| p.starts_with(SKILL_PIN));
+    let mut kept: Vec<String> = Vec::new();
+    for p in skills.into_iter().cloned().chain(new_skills) {
+        if !kept.contains(&p) {
+            kept.push(p);
+        }
+    }
     let mut out: Vec<String> = Vec::new();
-    for p in previous.iter().cloned().chain(new) {
+    for p in previous.into_iter().cloned().chain(new) {
         if let Some(pos) = out.iter().position(|q| *q == p) {
             out.remove(pos);
         }
@@ -369,7 +408,8 @@ pub fn merge_pins(previous: &[String], new: Vec<String>) -> Vec<String> {
     }
     let excess = out.len().saturating_sub(MAX_PINNED);
     out.drain(..excess);
-    out
+    kept.extend(out);
+    kept
 }
 
 /// The summary message the model sees.
@@ -389,6 +429,7 @@ It is reference material for you, not a new request; the full transcript is kept
     );
     let missing: Vec<&String> = pins
         .iter()
+        .filter(|p| !p.starts_with(SKILL_PIN))
         .filter(|p| {
             let needle = p
                 .strip_prefix("the user said: \"")

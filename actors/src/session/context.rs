@@ -27,7 +27,68 @@ pub fn budget(models: &Models, model: &str) -> Option<Budget> {
 /// from `context_base_idx` on, old tool output shortened.
 pub fn load_window(deps: &SessionDeps, rec: &SessionRecord) -> Result<Vec<Message>, String> {
     let (head, tail) = load_parts(deps, rec)?;
-    Ok(rec.context.window(rec.context_base_idx, &head, &tail))
+    let mut window = rec.context.window(rec.context_base_idx, &head, &tail);
+    restore_skills(deps, rec, &head, &tail, &mut window);
+    Ok(window)
+}
+
+/// A skill the model loaded before a compaction stays in the window
+/// exactly once: its body follows the summary, unless the head or the
+/// kept tail still holds that `load_skill` call.
+fn restore_skills(
+    deps: &SessionDeps,
+    rec: &SessionRecord,
+    head: &[(u64, Message)],
+    tail: &[(u64, Message)],
+    window: &mut [Message],
+) {
+    use crate::compaction::SKILL_PIN;
+    use crate::llm::Block;
+    if rec.context.summary.is_none() {
+        return;
+    }
+    let visible: Vec<(u64, Message)> = head.iter().chain(tail).cloned().collect();
+    let still_there = crate::compaction::summary_skill_pins(&visible);
+    let names: Vec<&str> = rec
+        .context
+        .pinned
+        .iter()
+        .filter_map(|p| p.strip_prefix(SKILL_PIN))
+        .filter(|n| {
+            !still_there
+                .iter()
+                .any(|p| p.strip_prefix(SKILL_PIN) == Some(n))
+        })
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    let workdir =
+        std::fs::canonicalize(&rec.workdir).unwrap_or_else(|_| rec.workdir.clone().into());
+    let set = deps.skills.for_workdir(&workdir);
+    let mut text = String::new();
+    for name in names {
+        match set.get(name) {
+            Some(skill) => text.push_str(&format!(
+                "\n## Skill `{name}`, loaded earlier (kept through the compaction)\n{}\n",
+                skill.parsed.body
+            )),
+            None => text.push_str(&format!(
+                "\n## Skill `{name}` was loaded earlier but is no longer available\n"
+            )),
+        }
+    }
+    // The summary is the window's text block that starts with the marker.
+    for m in window.iter_mut() {
+        for b in m.content.iter_mut() {
+            if let Block::Text { text: t } = b
+                && t.starts_with("[flyto: summary of the earlier conversation")
+            {
+                t.push_str(&text);
+                return;
+            }
+        }
+    }
 }
 
 type Indexed = Vec<(u64, Message)>;
