@@ -38,6 +38,9 @@ pub struct Ctx {
     /// The `bash` tool's policy, swapped on reload: `policy_check` reads
     /// the same one.
     pub policy: SharedPolicy,
+    /// The memory room's way in, for the `memory_*` requests.
+    pub memory: flyto_actors::memory::Memory,
+    pub clock: Arc<dyn flyto_actors::Clock>,
 }
 
 /// What a scoped plan socket may see: the plans of one chain, submitting
@@ -805,6 +808,13 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             Err(r) => Err(r),
         },
         Request::PolicyCheck { command, workdir } => policy_check(ctx, &command, &workdir),
+        other => match crate::memory_api::handle(&ctx.memory, ctx.clock.now_ms(), &other).await {
+            Some(answer) => answer,
+            None => Err(Reject::new(
+                ErrorCode::BadRequest,
+                format!("`{}` is not served here", other.op()),
+            )),
+        },
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,

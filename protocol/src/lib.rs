@@ -48,4 +48,4 @@ pub use types::*;
 /// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: the
 /// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
 /// and step `sandbox`, `DaemonStats::sandbox`).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
