@@ -9,6 +9,7 @@
 pub mod clock;
 pub mod compaction;
 pub mod llm;
+pub mod memory;
 pub mod plans;
 pub mod session;
 pub mod skills;

@@ -12,6 +12,7 @@
 mod chat;
 mod cmd_breaker;
 mod cmd_daemon;
+mod cmd_memory;
 mod cmd_plans;
 mod cmd_policy;
 mod cmd_session;
@@ -208,6 +209,35 @@ enum Command {
     #[command(name = "skill_reload")]
     SkillReload(cmd_skills::ReloadArgs),
 
+    /// List what the agent remembers for a project and for you
+    ///
+    /// Both scopes: the project's (entries of type feedback, project,
+    /// reference) and the user's (type user, shared by every project).
+    /// Files in the folders that cannot be read as entries are listed with
+    /// file, line and reason.
+    #[command(name = "memory_list")]
+    MemoryList(cmd_memory::ListArgs),
+
+    /// Show one memory entry with its body
+    #[command(name = "memory_show")]
+    MemoryShow(cmd_memory::NameArgs),
+
+    /// Rank memory entries for a query (BM25 over name, description, headings)
+    #[command(name = "memory_search")]
+    MemorySearch(cmd_memory::SearchArgs),
+
+    /// Forget a memory entry: it moves to the scope's .trash/ for 30 days
+    #[command(name = "memory_forget")]
+    MemoryForget(cmd_memory::ForgetArgs),
+
+    /// Bring back the most recently forgotten entry of that name
+    #[command(name = "memory_restore")]
+    MemoryRestore(cmd_memory::NameArgs),
+
+    /// Print the memory folders, for editing entries by hand
+    #[command(name = "memory_path")]
+    MemoryPath(cmd_memory::ProjectArg),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -302,6 +332,12 @@ fn run(cli: Cli) -> Result<u8> {
         Command::SkillList(args) => cmd_skills::list(&ctx, args),
         Command::SkillShow(args) => cmd_skills::show(&ctx, args),
         Command::SkillReload(args) => cmd_skills::reload(&ctx, args),
+        Command::MemoryList(args) => cmd_memory::list(&ctx, args),
+        Command::MemoryShow(args) => cmd_memory::show(&ctx, args),
+        Command::MemorySearch(args) => cmd_memory::search(&ctx, args),
+        Command::MemoryForget(args) => cmd_memory::forget(&ctx, args),
+        Command::MemoryRestore(args) => cmd_memory::restore(&ctx, args),
+        Command::MemoryPath(args) => cmd_memory::path(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

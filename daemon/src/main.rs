@@ -6,6 +6,7 @@
 mod config;
 mod listener;
 mod lock;
+mod memory_api;
 mod notify;
 mod paths;
 mod peer;
@@ -17,6 +18,7 @@ use clap::{Parser, Subcommand};
 use flyto_actors::clock::OffsetClock;
 use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerActor, BreakerArgs};
 use flyto_actors::llm::LlmClient;
+use flyto_actors::memory::{MEMORY_MANAGER_NAME, Memory, MemoryArgs, MemoryManager};
 use flyto_actors::plans::PlanSockets;
 use flyto_actors::plans::{
     PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
@@ -148,6 +150,9 @@ fn clock_from_env() -> anyhow::Result<Arc<dyn Clock>> {
     }
 }
 
+/// A memory folder's actor with nothing to do for this long stops.
+const MEMORY_IDLE_STOP: std::time::Duration = std::time::Duration::from_secs(300);
+
 fn run(cli: &Cli) -> anyhow::Result<()> {
     // First, before any file exists or any thread runs: whatever umask
     // flytod got, its state is private; its children get that umask back.
@@ -272,6 +277,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             "skills: cannot start the folder watcher ({e}); use `flytoctl skill_reload`"
         );
     }
+    let memory = Memory::new(state_dir.clone());
     let ctx = Arc::new(server::Ctx {
         reader: reader.clone(),
         draining: AtomicBool::new(false),
@@ -283,6 +289,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         uid: unsafe { libc::getuid() },
         policy: policy.clone(),
         skills: skills.clone(),
+        memory: memory.clone(),
+        clock: clock.clone(),
     });
     let socket_dir = bound
         .path
@@ -327,6 +335,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     tools.push(Arc::new(flyto_actors::skills::LoadSkillTool {
         registry: skills.clone(),
     }));
+    tools.extend(flyto_actors::memory::tools::all(
+        memory.clone(),
+        clock.clone(),
+    ));
     let session_deps = Arc::new(SessionDeps {
         store: Arc::new(SledSessionStore::open(store.clone())?),
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,
@@ -351,6 +363,29 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     let (r, _) =
                         Actor::spawn_linked(Some(BREAKER_NAME.into()), BreakerActor, args, sup)
                             .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
+    let memory_spec = {
+        let (state_dir, clock) = (state_dir.clone(), clock.clone());
+        ChildSpec {
+            name: "memory".into(),
+            start: Arc::new(move |sup| {
+                let args = MemoryArgs {
+                    state_dir: state_dir.clone(),
+                    clock: clock.clone(),
+                    idle: MEMORY_IDLE_STOP,
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(
+                        Some(MEMORY_MANAGER_NAME.into()),
+                        MemoryManager,
+                        args,
+                        sup,
+                    )
+                    .await?;
                     Ok(r.get_cell())
                 })
             }),
@@ -382,7 +417,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![breaker_spec, sessions_spec, scheduler_spec],
+            children: vec![breaker_spec, memory_spec, sessions_spec, scheduler_spec],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },

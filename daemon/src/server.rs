@@ -40,6 +40,9 @@ pub struct Ctx {
     pub policy: SharedPolicy,
     /// The skills every session sees; `skill_*` read and reload it.
     pub skills: Arc<flyto_actors::skills::SkillRegistry>,
+    /// The memory room's way in, for the `memory_*` requests.
+    pub memory: flyto_actors::memory::Memory,
+    pub clock: Arc<dyn flyto_actors::Clock>,
 }
 
 /// What a scoped plan socket may see: the plans of one chain, submitting
@@ -842,6 +845,13 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 broken: set.broken.len() as u64,
             })
         }
+        other => match crate::memory_api::handle(&ctx.memory, ctx.clock.now_ms(), &other).await {
+            Some(answer) => answer,
+            None => Err(Reject::new(
+                ErrorCode::BadRequest,
+                format!("`{}` is not served here", other.op()),
+            )),
+        },
     };
     match answer {
         Ok(resp) => sink.send(&resp).await,

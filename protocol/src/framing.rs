@@ -321,7 +321,41 @@ mod tests {
             Request::SkillReload {
                 workdir: "/w".into(),
             },
+            Request::MemoryList {
+                project: "/w".into(),
+            },
+            Request::MemoryShow {
+                project: "/w".into(),
+                name: "test-command".into(),
+            },
+            Request::MemorySearch {
+                project: "/w".into(),
+                query: "数据库 tests".into(),
+            },
+            Request::MemoryForget {
+                project: "/w".into(),
+                name: "a".into(),
+                reason: "stale".into(),
+            },
+            Request::MemoryRestore {
+                project: "/w".into(),
+                name: "a".into(),
+            },
+            Request::MemoryPath {
+                project: "/w".into(),
+            },
         ];
+        let memory_entry = MemoryEntryView {
+            name: "test-command".into(),
+            kind: "project".into(),
+            description: "how the tests run".into(),
+            scope: "project".into(),
+            path: "/s/test-command.md".into(),
+            created_ms: 1,
+            updated_ms: 2,
+            source: "s1".into(),
+            version: 3,
+        };
         let skill = SkillView {
             name: "flyto-plans".into(),
             description: "Use when".into(),
@@ -564,6 +598,40 @@ mod tests {
             Response::SkillsReloaded {
                 skills: 3,
                 broken: 1,
+            },
+            Response::Memory {
+                scopes: vec![MemoryScopeView {
+                    scope: "project".into(),
+                    dir: "/s/projects/0123/memory".into(),
+                    entries: vec![memory_entry.clone()],
+                    problems: vec![MemoryProblemView {
+                        file: "/s/bad.md".into(),
+                        line: 3,
+                        reason: "bad".into(),
+                    }],
+                }],
+            },
+            Response::MemoryEntry {
+                entry: memory_entry.clone(),
+                body: "# Tests\n".into(),
+            },
+            Response::MemoryHits {
+                hits: vec![MemoryHitView {
+                    entry: memory_entry,
+                    score: 1.5,
+                }],
+            },
+            Response::MemoryForgotten {
+                name: "a".into(),
+                trash: "/s/.trash/a@1.md".into(),
+            },
+            Response::MemoryRestored {
+                name: "a".into(),
+                path: "/s/a.md".into(),
+            },
+            Response::MemoryPaths {
+                project: "/p".into(),
+                user: "/u".into(),
             },
         ];
         let mut responses = responses;

@@ -47,6 +47,6 @@ pub use types::*;
 /// the per-outcome step counts of `PlanSummary`, session approvals,
 /// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: the
 /// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
-/// and step `sandbox`, `DaemonStats::sandbox`; 5: issue 12's memory and
-/// skills: `skill_list`, `skill_show`, `skill_reload`).
+/// and step `sandbox`, `DaemonStats::sandbox`; 5: memory and skills:
+/// `skill_list`, `skill_show`, `skill_reload`, `memory_*`).
 pub const PROTOCOL_VERSION: u32 = 5;

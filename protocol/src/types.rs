@@ -138,6 +138,36 @@ pub enum Request {
     SkillReload {
         workdir: String,
     },
+    /// The memory of project `project` (an absolute directory) and the
+    /// user's: every entry, and every file that could not be read.
+    MemoryList {
+        project: String,
+    },
+    /// One entry with its body.
+    MemoryShow {
+        project: String,
+        name: String,
+    },
+    /// Entries ranked for `query`, best first.
+    MemorySearch {
+        project: String,
+        query: String,
+    },
+    /// Moves an entry to its scope's `.trash/`.
+    MemoryForget {
+        project: String,
+        name: String,
+        reason: String,
+    },
+    /// Brings back the newest tombstone of `name`.
+    MemoryRestore {
+        project: String,
+        name: String,
+    },
+    /// The folders of the project's and the user's memory.
+    MemoryPath {
+        project: String,
+    },
 }
 
 impl Request {
@@ -171,6 +201,12 @@ impl Request {
             Request::SkillList { .. } => "skill_list",
             Request::SkillShow { .. } => "skill_show",
             Request::SkillReload { .. } => "skill_reload",
+            Request::MemoryList { .. } => "memory_list",
+            Request::MemoryShow { .. } => "memory_show",
+            Request::MemorySearch { .. } => "memory_search",
+            Request::MemoryForget { .. } => "memory_forget",
+            Request::MemoryRestore { .. } => "memory_restore",
+            Request::MemoryPath { .. } => "memory_path",
         }
     }
 }
@@ -269,6 +305,34 @@ pub enum Response {
     SkillsReloaded {
         skills: u64,
         broken: u64,
+    },
+    /// `memory_list`: the project scope, then the user scope.
+    Memory {
+        scopes: Vec<MemoryScopeView>,
+    },
+    /// `memory_show`.
+    MemoryEntry {
+        entry: MemoryEntryView,
+        body: String,
+    },
+    /// `memory_search`, best first.
+    MemoryHits {
+        hits: Vec<MemoryHitView>,
+    },
+    /// `memory_forget`: where the tombstone is.
+    MemoryForgotten {
+        name: String,
+        trash: String,
+    },
+    /// `memory_restore`: the entry's file again.
+    MemoryRestored {
+        name: String,
+        path: String,
+    },
+    /// `memory_path`.
+    MemoryPaths {
+        project: String,
+        user: String,
     },
 }
 
@@ -516,6 +580,47 @@ pub struct BrokenSkillView {
     /// 1-based; 0 when the problem is the file or folder as a whole.
     pub line: u64,
     pub reason: String,
+}
+
+/// One memory entry, without its body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryEntryView {
+    pub name: String,
+    /// `user`, `feedback`, `project` or `reference`.
+    pub kind: String,
+    pub description: String,
+    /// `project` or `user`.
+    pub scope: String,
+    pub path: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// A session id, or `user`.
+    pub source: String,
+    pub version: u32,
+}
+
+/// A file in a memory folder that could not be read as an entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryProblemView {
+    pub file: String,
+    /// 1-based; 0 for the file as a whole.
+    pub line: u64,
+    pub reason: String,
+}
+
+/// One scope's folder and what is in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryScopeView {
+    pub scope: String,
+    pub dir: String,
+    pub entries: Vec<MemoryEntryView>,
+    pub problems: Vec<MemoryProblemView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryHitView {
+    pub entry: MemoryEntryView,
+    pub score: f64,
 }
 
 /// One project's compaction circuit breaker.

@@ -7,6 +7,7 @@ mod compaction;
 mod durability;
 mod guards;
 mod lifecycle;
+mod memory;
 mod plans;
 mod policy_check;
 mod providers;

@@ -8,6 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -122,10 +123,26 @@ fn write_file(path: &Path, shown: &str, content: &str) -> ToolOutput {
 /// file's permissions, fsync, rename, then fsync of the directory so the
 /// rename itself survives a crash.
 pub(crate) fn atomic_write(path: &Path, content: &[u8]) -> io::Result<()> {
-    let tmp = fs_guard::temp_sibling(path);
     let perms = fs::metadata(path).ok().map(|m| m.permissions());
+    atomic_write_as(path, content, perms)
+}
+
+/// [`atomic_write`] with the given permissions (`None`: the umask's).
+pub(crate) fn atomic_write_as(
+    path: &Path,
+    content: &[u8],
+    perms: Option<fs::Permissions>,
+) -> io::Result<()> {
+    let tmp = fs_guard::temp_sibling(path);
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        // The final mode from the start, so the data is never readable by
+        // more than it will be (0o666 is std's default).
+        let mode = perms.as_ref().map_or(0o666, |p| p.mode());
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         file.write_all(content)?;
         if let Some(perms) = perms {
             file.set_permissions(perms)?;

@@ -1,0 +1,330 @@
+//! The actors: a `MemoryManager` (registered by name) maps each scope to
+//! its `ScopeActor`, spawning it on demand, linked to itself; a scope
+//! actor with nothing to do for `idle` stops, and the manager forgets it.
+//! A scope actor handles one message at a time, so its folder sees one
+//! change at a time.
+
+use super::MemoryError;
+use super::store::{Scan, ScopeDir, WriteReq, Written};
+use crate::clock::Clock;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const MEMORY_MANAGER_NAME: &str = "flyto.memory";
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ScopeKey {
+    /// A project's id (see [`super::project_of`]).
+    Project(String),
+    User,
+}
+
+impl ScopeKey {
+    pub fn dir(&self, state_dir: &Path) -> PathBuf {
+        match self {
+            ScopeKey::Project(id) => state_dir.join("projects").join(id).join("memory"),
+            ScopeKey::User => state_dir.join("memory"),
+        }
+    }
+    pub fn label(&self) -> &'static str {
+        match self {
+            ScopeKey::Project(_) => "project",
+            ScopeKey::User => "user",
+        }
+    }
+}
+
+pub enum ScopeMsg {
+    Scan {
+        reply: RpcReplyPort<Result<Scan, MemoryError>>,
+    },
+    Write {
+        req: WriteReq,
+        reply: RpcReplyPort<Result<Written, MemoryError>>,
+    },
+    Forget {
+        name: String,
+        reason: String,
+        source: String,
+        reply: RpcReplyPort<Result<PathBuf, MemoryError>>,
+    },
+    Restore {
+        name: String,
+        reply: RpcReplyPort<Result<PathBuf, MemoryError>>,
+    },
+    /// Stop if nothing happened since the message of this number.
+    Idle(u64),
+}
+
+pub struct ScopeActor;
+
+pub struct ScopeState {
+    dir: ScopeDir,
+    idle: Duration,
+    /// Messages handled so far; an `Idle` check with an older number is stale.
+    seen: u64,
+}
+
+impl Actor for ScopeActor {
+    type Msg = ScopeMsg;
+    type State = ScopeState;
+    type Arguments = (ScopeDir, Duration);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ScopeMsg>,
+        (dir, idle): (ScopeDir, Duration),
+    ) -> Result<ScopeState, ActorProcessingErr> {
+        // Old tombstones go whenever a folder wakes up.
+        if let Err(e) = dir.sweep() {
+            tracing::warn!("memory trash sweep of {}: {e}", dir.dir.display());
+        }
+        myself.send_after(idle, || ScopeMsg::Idle(0));
+        Ok(ScopeState { dir, idle, seen: 0 })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ScopeMsg>,
+        msg: ScopeMsg,
+        state: &mut ScopeState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let ScopeMsg::Idle(n) = msg {
+            if n == state.seen {
+                myself.stop(None);
+            }
+            return Ok(());
+        }
+        state.seen += 1;
+        let seen = state.seen;
+        myself.send_after(state.idle, move || ScopeMsg::Idle(seen));
+        let d = &state.dir;
+        match msg {
+            ScopeMsg::Scan { reply } => {
+                let _ = reply.send(d.scan());
+            }
+            ScopeMsg::Write { req, reply } => {
+                let _ = reply.send(d.write(&req));
+            }
+            ScopeMsg::Forget {
+                name,
+                reason,
+                source,
+                reply,
+            } => {
+                let _ = reply.send(d.forget(&name, &reason, &source));
+            }
+            ScopeMsg::Restore { name, reply } => {
+                let _ = reply.send(d.restore(&name));
+            }
+            ScopeMsg::Idle(_) => {}
+        }
+        Ok(())
+    }
+}
+
+pub enum ManagerMsg {
+    Get {
+        key: ScopeKey,
+        reply: RpcReplyPort<Result<ActorRef<ScopeMsg>, MemoryError>>,
+    },
+    /// Scope actors alive now.
+    Live { reply: RpcReplyPort<usize> },
+}
+
+pub struct MemoryArgs {
+    pub state_dir: PathBuf,
+    pub clock: Arc<dyn Clock>,
+    /// A scope actor with no message for this long stops.
+    pub idle: Duration,
+}
+
+pub struct MemoryManager;
+
+pub struct ManagerState {
+    args: MemoryArgs,
+    live: HashMap<ScopeKey, ActorRef<ScopeMsg>>,
+}
+
+impl Actor for MemoryManager {
+    type Msg = ManagerMsg;
+    type State = ManagerState;
+    type Arguments = MemoryArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ManagerMsg>,
+        args: MemoryArgs,
+    ) -> Result<ManagerState, ActorProcessingErr> {
+        Ok(ManagerState {
+            args,
+            live: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ManagerMsg>,
+        msg: ManagerMsg,
+        state: &mut ManagerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ManagerMsg::Get { key, reply } => {
+                let answer = match state.live.get(&key) {
+                    Some(a) => Ok(a.clone()),
+                    None => {
+                        let dir = ScopeDir {
+                            dir: key.dir(&state.args.state_dir),
+                            label: key.label(),
+                            clock: state.args.clock.clone(),
+                        };
+                        match Actor::spawn_linked(
+                            None,
+                            ScopeActor,
+                            (dir, state.args.idle),
+                            myself.get_cell(),
+                        )
+                        .await
+                        {
+                            Ok((a, _)) => {
+                                state.live.insert(key, a.clone());
+                                Ok(a)
+                            }
+                            Err(e) => Err(MemoryError::Unavailable(format!(
+                                "cannot start the memory actor: {e}"
+                            ))),
+                        }
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::Live { reply } => {
+                let _ = reply.send(state.live.len());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<ManagerMsg>,
+        event: SupervisionEvent,
+        state: &mut ManagerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let cell: ActorCell = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => cell,
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::error!("memory actor failed: {err}");
+                cell
+            }
+            _ => return Ok(()),
+        };
+        state.live.retain(|_, r| r.get_id() != cell.get_id());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Kind, Memory};
+    use super::*;
+    use crate::clock::ManualClock;
+
+    async fn start(dir: &Path, name: &str, idle: Duration) -> (Memory, ActorRef<ManagerMsg>) {
+        let (m, _) = Actor::spawn(
+            Some(name.into()),
+            MemoryManager,
+            MemoryArgs {
+                state_dir: dir.join("state"),
+                clock: Arc::new(ManualClock::new(1_700_000_000_000)),
+                idle,
+            },
+        )
+        .await
+        .unwrap();
+        let mem = Memory {
+            manager: name.into(),
+            state_dir: dir.join("state"),
+        };
+        (mem, m)
+    }
+
+    fn req(name: &str, kind: Kind) -> WriteReq {
+        WriteReq {
+            name: name.into(),
+            kind,
+            description: format!("about {name}"),
+            body: "body".into(),
+            source: "s-1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_lose_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mem, m) = start(
+            tmp.path(),
+            "test.memory.concurrent",
+            Duration::from_secs(60),
+        )
+        .await;
+        let work = tmp.path().to_path_buf();
+        let writers = (0..10).map(|w| {
+            let (mem, work) = (mem.clone(), work.clone());
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    mem.write(&work, req(&format!("w{w}-e{i}"), Kind::Project))
+                        .await
+                        .unwrap();
+                }
+            })
+        });
+        for h in futures_util::future::join_all(writers).await {
+            h.unwrap();
+        }
+        let all = mem.list(&work).await.unwrap();
+        assert_eq!(all[0].scan.entries.len(), 100);
+        let index = std::fs::read_to_string(all[0].dir.join("MEMORY.md")).unwrap();
+        assert_eq!(index.lines().count(), 100);
+        // A user entry lands in the user scope; its name is then taken.
+        mem.write(&work, req("prefers-tabs", Kind::User))
+            .await
+            .unwrap();
+        let all = mem.list(&work).await.unwrap();
+        assert_eq!(all[1].scan.entries.len(), 1);
+        let err = mem
+            .write(&work, req("prefers-tabs", Kind::Project))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("user scope"), "{err}");
+        m.stop(None);
+    }
+
+    #[tokio::test]
+    async fn idle_scope_actors_stop_and_come_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mem, m) = start(tmp.path(), "test.memory.idle", Duration::from_millis(50)).await;
+        let work = tmp.path().to_path_buf();
+        mem.write(&work, req("a", Kind::Project)).await.unwrap();
+        let live = || async {
+            m.call(|reply| ManagerMsg::Live { reply }, None)
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        assert!(live().await >= 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while live().await > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "scope actors never stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(mem.read(&work, "a").await.unwrap().entry.meta.name, "a");
+        m.stop(None);
+    }
+}

@@ -1,0 +1,293 @@
+//! The on-disk format of one memory entry: a markdown file whose YAML
+//! frontmatter names it, and the checks a hand-edited file must pass.
+//! Parsing reports the first problem with its line; it never guesses.
+
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Longest description, in characters: it is what the index shows.
+pub const MAX_DESCRIPTION: usize = 150;
+/// Longest name, in bytes.
+pub const MAX_NAME: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    User,
+    Feedback,
+    Project,
+    Reference,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::User => "user",
+            Kind::Feedback => "feedback",
+            Kind::Project => "project",
+            Kind::Reference => "reference",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "user" => Some(Kind::User),
+            "feedback" => Some(Kind::Feedback),
+            "project" => Some(Kind::Project),
+            "reference" => Some(Kind::Reference),
+            _ => None,
+        }
+    }
+}
+
+/// The frontmatter, in the order it is written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    pub name: String,
+    pub description: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub created: String,
+    pub updated: String,
+    pub source: String,
+    pub version: u32,
+}
+
+/// A parsed, valid entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub meta: Meta,
+    pub body: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// The body's markdown headings, without their `#`s.
+    pub headings: Vec<String>,
+}
+
+/// A file that could not be read as an entry: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    /// 1-based; 0 when the problem is the file as a whole.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} line {}: {}", self.file, self.line, self.reason)
+    }
+}
+
+/// Why a name is not a valid entry name, if it is not.
+pub fn check_name(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    (!ok).then(|| {
+        format!(
+            "`{name}` is not a memory name: use 1 to {MAX_NAME} lowercase letters, digits and single hyphens, e.g. `test-command`"
+        )
+    })
+}
+
+/// Why a description is not valid, if it is not.
+pub fn check_description(d: &str) -> Option<String> {
+    if d.trim().is_empty() {
+        return Some("the description is empty: say in one line what the entry holds".into());
+    }
+    if d.contains(['\n', '\r']) {
+        return Some("the description must be one line: put details into the body".into());
+    }
+    let n = d.chars().count();
+    (n > MAX_DESCRIPTION).then(|| {
+        format!(
+            "the description has {n} characters, over the {MAX_DESCRIPTION} allowed: shorten it and put details into the body"
+        )
+    })
+}
+
+pub fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn parse_time(s: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(s.trim()).ok()?;
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as u64)
+}
+
+/// The file's text for `meta` and `body` (the body ends with a newline).
+pub fn render(meta: &Meta, body: &str) -> String {
+    // A struct of strings and a number always serializes; the fallback
+    // only keeps this total.
+    let yaml = serde_yaml_ng::to_string(meta).unwrap_or_default();
+    let mut out = format!("---\n{yaml}---\n\n{}", body.trim_end_matches('\n'));
+    out.push('\n');
+    out
+}
+
+/// Parses the text of `<stem>.md`.
+pub fn parse(file: &str, stem: &str, text: &str) -> Result<Entry, Problem> {
+    let problem = |line: usize, reason: String| Problem {
+        file: file.to_string(),
+        line,
+        reason,
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let text = text.replace("\r\n", "\n");
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return Err(problem(
+            1,
+            "the file does not start with a `---` frontmatter line".into(),
+        ));
+    };
+    let (yaml, body) = match rest.find("\n---\n") {
+        Some(i) => (&rest[..i + 1], &rest[i + 5..]),
+        None if rest.ends_with("\n---") => (&rest[..rest.len() - 3], ""),
+        None => {
+            return Err(problem(
+                1,
+                "the frontmatter is not closed by a `---` line".into(),
+            ));
+        }
+    };
+    let meta: Meta = serde_yaml_ng::from_str(yaml).map_err(|e| {
+        // +1: the opening `---` line.
+        let line = e.location().map_or(1, |l| l.line() + 1);
+        let msg = e.to_string();
+        // The library appends " at line L column C"; the line is ours.
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        problem(line, msg)
+    })?;
+    let key_line = |key: &str| {
+        yaml.lines()
+            .position(|l| l.starts_with(&format!("{key}:")))
+            .map_or(1, |i| i + 2)
+    };
+    if let Some(why) = check_name(&meta.name) {
+        return Err(problem(key_line("name"), why));
+    }
+    if meta.name != stem {
+        return Err(problem(
+            key_line("name"),
+            format!(
+                "the name `{}` differs from the file's name `{stem}.md`: rename one to match",
+                meta.name
+            ),
+        ));
+    }
+    if let Some(why) = check_description(&meta.description) {
+        return Err(problem(key_line("description"), why));
+    }
+    let time = |key: &str, value: &str| {
+        parse_time(value).ok_or_else(|| {
+            problem(
+                key_line(key),
+                format!("`{key}` is not an RFC 3339 UTC time such as 2025-01-31T09:30:00Z"),
+            )
+        })
+    };
+    let created_ms = time("created", &meta.created)?;
+    let updated_ms = time("updated", &meta.updated)?;
+    let body = body.strip_prefix('\n').unwrap_or(body).to_string();
+    let headings = headings(&body);
+    Ok(Entry {
+        meta,
+        body,
+        created_ms,
+        updated_ms,
+        headings,
+    })
+}
+
+/// Markdown headings outside code fences.
+fn headings(body: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in body.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+        } else if !fenced && t.starts_with('#') {
+            let h = t.trim_start_matches('#');
+            if h.starts_with(' ') {
+                out.push(h.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str) -> Meta {
+        Meta {
+            name: name.into(),
+            description: "how: the tests run".into(),
+            kind: Kind::Project,
+            created: rfc3339(1_700_000_000_000),
+            updated: rfc3339(1_700_000_100_000),
+            source: "s-1".into(),
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn render_then_parse_round_trips() {
+        let m = meta("test-cmd");
+        let text = render(&m, "# Tests\nrun `cargo test`\n```\n# not a heading\n```\n");
+        let e = parse("test-cmd.md", "test-cmd", &text).unwrap();
+        assert_eq!(e.meta, m);
+        assert_eq!(e.headings, vec!["Tests".to_string()]);
+        assert_eq!(e.created_ms, 1_700_000_000_000);
+        assert!(e.body.starts_with("# Tests\n"));
+        // CRLF and a BOM from a hand edit read the same.
+        let crlf = format!("\u{feff}{}", text.replace('\n', "\r\n"));
+        assert_eq!(parse("x", "test-cmd", &crlf).unwrap().meta, m);
+    }
+
+    #[test]
+    fn problems_name_their_line() {
+        let text = render(&meta("a"), "body");
+        let bad_type = text.replace("type: project", "type: opinion");
+        let p = parse("a.md", "a", &bad_type).unwrap_err();
+        assert_eq!(p.line, 4, "{p}");
+        assert!(p.reason.contains("opinion"), "{p}");
+        let p = parse("b.md", "b", &text).unwrap_err();
+        assert_eq!(p.line, 2, "{p}");
+        assert!(p.reason.contains("differs"), "{p}");
+        let p = parse("a.md", "a", "no frontmatter").unwrap_err();
+        assert_eq!(p.line, 1);
+        let bad_time = text.replace(&rfc3339(1_700_000_100_000), "last tuesday");
+        assert_eq!(parse("a.md", "a", &bad_time).unwrap_err().line, 6);
+        let unclosed = text.replace("---\n\n", "");
+        assert!(
+            parse("a.md", "a", &unclosed)
+                .unwrap_err()
+                .reason
+                .contains("closed")
+        );
+    }
+
+    #[test]
+    fn names_and_descriptions_are_checked() {
+        for ok in ["a", "test-cmd", "x1-2"] {
+            assert_eq!(check_name(ok), None, "{ok}");
+        }
+        for bad in ["", "A", "a_b", "-a", "a-", "a--b", "a.b", &"a".repeat(65)] {
+            assert!(check_name(bad).is_some(), "{bad}");
+        }
+        assert!(check_description("two\nlines").is_some());
+        assert!(check_description(&"é".repeat(150)).is_none());
+        assert!(check_description(&"é".repeat(151)).is_some());
+    }
+}

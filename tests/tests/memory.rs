@@ -1,0 +1,357 @@
+//! Memory end to end: agents' memory tools through the real flytod against
+//! the scripted fake provider, and people's `flytoctl memory_*` commands on
+//! the same folders.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::TestEnv;
+use flyto_tests::fake_llm::{FakeLlm, Reply};
+use flyto_tests::sessions_support::{new_session, request_messages, send, setup, workdir};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The tool result of `call` in whichever request the fake was sent it.
+fn tool_result(fake: &FakeLlm, call: &str) -> String {
+    fake.requests()
+        .iter()
+        .flat_map(|b| request_messages(b).clone())
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call)
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no tool result for {call}"))
+}
+
+fn write_args(name: &str, body: &str) -> String {
+    json!({
+        "name": name,
+        "type": "project",
+        "description": format!("what {name} holds"),
+        "body": body,
+    })
+    .to_string()
+}
+
+/// `flytoctl memory_path`'s project folder.
+fn project_dir(env: &TestEnv, dir: &Path) -> PathBuf {
+    let out = env.ctl(&["memory_path", "--project", &dir.display().to_string()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("project: "))
+        .unwrap_or_else(|| panic!("no project folder in {}", out.stdout));
+    PathBuf::from(line.trim())
+}
+
+/// `flytoctl memory_list --json` for the project scope.
+fn listing(env: &TestEnv, dir: &Path) -> Value {
+    let out = env.ctl(&[
+        "memory_list",
+        "--json",
+        "--project",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let scopes: Value = serde_json::from_str(&out.stdout).unwrap();
+    scopes[0].clone()
+}
+
+/// Every file of a folder (not recursing) with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .filter(|d| d.file_type().unwrap().is_file())
+        .map(|d| {
+            (
+                d.file_name().into_string().unwrap(),
+                std::fs::read(d.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ten_sessions_writing_a_hundred_entries_at_once_lose_none_and_a_replace_touches_one() {
+    // Ten batches of ten writes: whichever session asks next gets a batch,
+    // then each session gets its closing text.
+    let mut script: Vec<Reply> = (0..10)
+        .map(|b| {
+            Reply::tool_calls(
+                (0..10)
+                    .map(|i| {
+                        let name = format!("entry-{b}-{i}");
+                        let id = format!("c{b}-{i}");
+                        (id, write_args(&name, &format!("# Body {b} {i}\n")))
+                    })
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|(id, args)| (id.as_str(), "memory_write", args.clone()))
+                    .collect(),
+            )
+        })
+        .collect();
+    script.extend((0..10).map(|_| Reply::text("saved")));
+    let (fake, env, _daemon) = setup(script);
+    let dir = workdir(&env, "proj");
+    let ids: Vec<String> = (0..10).map(|_| new_session(&env, &dir)).collect();
+    std::thread::scope(|s| {
+        for id in &ids {
+            let env = &env;
+            s.spawn(move || send(env, id, "remember these"));
+        }
+    });
+
+    let project = listing(&env, &dir);
+    let names: Vec<&str> = project["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 100, "{names:?}");
+    assert!(project["problems"].as_array().unwrap().is_empty());
+    let folder = project_dir(&env, &dir);
+    let index = std::fs::read_to_string(folder.join("MEMORY.md")).unwrap();
+    assert_eq!(index.lines().count(), 100, "{index}");
+    for b in 0..10 {
+        for i in 0..10 {
+            let name = format!("entry-{b}-{i}");
+            assert!(names.contains(&name.as_str()), "{name} lost");
+            assert!(
+                index.contains(&format!(
+                    "- [{name}]({name}.md) (project, updated today) — what {name} holds"
+                )),
+                "{name} not in the index:\n{index}"
+            );
+            assert_eq!(
+                tool_result(&fake, &format!("c{b}-{i}")),
+                format!("created memory `{name}`")
+            );
+        }
+    }
+
+    // A replace changes that entry (and the index) and nothing else.
+    let before = snapshot(&folder);
+    fake.push(vec![
+        Reply::tool_call(
+            "r1",
+            "memory_write",
+            write_args("entry-3-4", "# Rewritten\n"),
+        ),
+        Reply::text("updated"),
+    ]);
+    send(&env, &ids[0], "update one");
+    assert_eq!(
+        tool_result(&fake, "r1"),
+        "replaced memory `entry-3-4` (now version 2)"
+    );
+    let after = snapshot(&folder);
+    assert_eq!(before.len(), after.len());
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|(name, bytes)| before.get(*name) != Some(bytes))
+        .map(|(name, _)| name)
+        .collect();
+    // The index only changes if a day boundary passed; the entry always.
+    assert!(
+        changed.contains(&&"entry-3-4.md".to_string()),
+        "{changed:?}"
+    );
+    assert!(
+        changed
+            .iter()
+            .all(|n| *n == "entry-3-4.md" || *n == "MEMORY.md"),
+        "{changed:?}"
+    );
+    let text = String::from_utf8(after["entry-3-4.md"].clone()).unwrap();
+    assert!(
+        text.contains("# Rewritten") && text.contains("version: 2"),
+        "{text}"
+    );
+    let out = env.ctl(&[
+        "memory_show",
+        "entry-3-4",
+        "--project",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("# Rewritten") && out.stdout.contains("version 2"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A GitHub token's shape, made at run time so this file holds none.
+fn github_like_token() -> String {
+    let mut s = String::from("ghp_");
+    s.extend("aB3dE5fG7hJ9kL1m".chars().cycle().take(36));
+    s
+}
+
+#[test]
+fn an_entry_over_the_cap_and_one_with_a_secret_are_refused_with_nothing_on_disk() {
+    let token = github_like_token();
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "big",
+            "memory_write",
+            write_args("huge", &"x".repeat(17_000)),
+        ),
+        Reply::tool_call(
+            "secret",
+            "memory_write",
+            write_args("deploy-creds", &format!("use token {token} to push")),
+        ),
+        Reply::text("done"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "remember");
+
+    let big = tool_result(&fake, "big");
+    assert!(
+        big.contains("over the cap of 16 KB") && big.contains("split it"),
+        "{big}"
+    );
+    let secret = tool_result(&fake, "secret");
+    assert!(
+        secret.contains("refused to save memory `deploy-creds`")
+            && secret.contains("Nothing was written"),
+        "{secret}"
+    );
+    assert!(
+        !secret.contains(&token[..12]),
+        "the secret was echoed: {secret}"
+    );
+    let folder = project_dir(&env, &dir);
+    for name in ["huge.md", "deploy-creds.md"] {
+        assert!(!folder.join(name).exists(), "{name} reached the disk");
+    }
+    // Not even in a temp file: the folder holds nothing with the token.
+    if folder.exists() {
+        for (name, bytes) in snapshot(&folder) {
+            assert!(!String::from_utf8_lossy(&bytes).contains(&token), "{name}");
+        }
+    }
+    assert!(
+        listing(&env, &dir)["entries"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_forgotten_entry_is_in_the_trash_with_its_reason_and_flytoctl_restores_it() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "w",
+            "memory_write",
+            write_args("build-cmd", "# Build\nmake all\n"),
+        ),
+        Reply::tool_call(
+            "f",
+            "memory_forget",
+            json!({"name": "build-cmd", "reason": "we moved to cargo"}),
+        ),
+        Reply::text("forgot it"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let wd = dir.display().to_string();
+    let id = new_session(&env, &dir);
+    send(&env, &id, "remember, then forget");
+    assert!(tool_result(&fake, "f").contains("forgot memory `build-cmd`"));
+
+    let folder = project_dir(&env, &dir);
+    assert!(!folder.join("build-cmd.md").exists());
+    let trash = snapshot(&folder.join(".trash"));
+    let stone = trash
+        .keys()
+        .find(|n| n.starts_with("build-cmd@") && n.ends_with(".md"))
+        .unwrap_or_else(|| panic!("no tombstone in {:?}", trash.keys()));
+    let note = String::from_utf8(trash[&stone.replace(".md", ".json")].clone()).unwrap();
+    assert!(
+        note.contains("we moved to cargo") && note.contains(&id),
+        "{note}"
+    );
+    let listed = env.ctl(&["memory_list", "--project", &wd]);
+    assert!(!listed.stdout.contains("build-cmd"), "{}", listed.stdout);
+
+    let out = env.ctl(&["memory_restore", "build-cmd", "--project", &wd]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        std::fs::read(folder.join("build-cmd.md")).unwrap(),
+        trash[stone],
+        "restored byte for byte"
+    );
+    let out = env.ctl(&["memory_list", "--project", &wd]);
+    assert!(out.stdout.contains("build-cmd"), "{}", out.stdout);
+    assert!(
+        std::fs::read_to_string(folder.join("MEMORY.md"))
+            .unwrap()
+            .contains("[build-cmd]")
+    );
+    // The CLI forgets too; a second restore of nothing is refused.
+    let out = env.ctl(&["memory_forget", "build-cmd", "--project", &wd]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    env.ctl(&["memory_restore", "build-cmd", "--project", &wd]);
+    let out = env.ctl(&["memory_restore", "build-cmd", "--project", &wd]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("no forgotten memory `build-cmd`"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_hand_edited_malformed_file_is_reported_and_left_as_it_was() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("w", "memory_write", write_args("good-one", "fine")),
+        Reply::text("saved"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let wd = dir.display().to_string();
+    let id = new_session(&env, &dir);
+    send(&env, &id, "remember");
+    assert_eq!(tool_result(&fake, "w"), "created memory `good-one`");
+
+    let folder = project_dir(&env, &dir);
+    let broken = "---\nname: broken\ndescription: fine\ntype: opinion\ncreated: 2025-01-01T00:00:00Z\n---\nbody\n";
+    std::fs::write(folder.join("broken.md"), broken).unwrap();
+    let out = env.ctl(&["memory_list", "--project", &wd]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("good-one"), "{}", out.stdout);
+    let shown = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("broken.md"))
+        .unwrap_or_else(|| panic!("not reported:\n{}", out.stdout));
+    assert!(
+        shown.contains("line 4") && shown.contains("opinion"),
+        "{shown}"
+    );
+    let problems = listing(&env, &dir)["problems"].clone();
+    assert_eq!(problems[0]["line"], 4, "{problems}");
+
+    // A write of that name is refused rather than overwrite the person's edit.
+    fake.push(vec![
+        Reply::tool_call("o", "memory_write", write_args("broken", "replacement")),
+        Reply::text("tried"),
+    ]);
+    send(&env, &id, "overwrite it");
+    let refused = tool_result(&fake, "o");
+    assert!(refused.contains("left as it is"), "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("broken.md")).unwrap(),
+        broken
+    );
+    assert!(
+        !std::fs::read_to_string(folder.join("MEMORY.md"))
+            .unwrap()
+            .contains("broken")
+    );
+}
