@@ -7,8 +7,9 @@
 
 use flyto_tests::TestEnv;
 use flyto_tests::fake_llm::{FakeLlm, Reply};
-use flyto_tests::flyto_protocol::SessionEvent;
-use flyto_tests::sessions_support::{new_session, request_messages, send, setup, workdir};
+use flyto_tests::sessions_support::{
+    new_session, notices, request_messages, send, setup, system_prompt, workdir,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -355,26 +356,6 @@ fn a_hand_edited_malformed_file_is_reported_and_left_as_it_was() {
             .unwrap()
             .contains("broken")
     );
-}
-
-/// The system message of a request body the fake provider received.
-fn system_prompt(body: &Value) -> String {
-    request_messages(body)
-        .iter()
-        .find(|m| m["role"] == "system")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no system message in {body:#}"))
-        .to_string()
-}
-
-fn notices(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Notice { message } => Some(message.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
