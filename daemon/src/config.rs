@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use flyto_actors::llm::{ModelProfile, Models, Roles};
+use flyto_actors::memory::prompt::InjectConfig;
 use flyto_actors::plans::PlanConfig;
 use flyto_actors::session::SessionConfig;
 use flyto_actors::supervisor::RestartPolicy;
@@ -26,6 +27,30 @@ pub struct Config {
     /// How the processes agents start are confined.
     pub sandbox: SandboxConfig,
     pub skills: SkillsSection,
+    pub memory: MemorySection,
+}
+
+/// `[memory]`: how much memory goes into each model call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySection {
+    /// Most entries injected per call.
+    pub inject: usize,
+    /// Most tokens the injected entries take together.
+    pub token_budget: u64,
+    /// Past this many days an injected entry says to verify it.
+    pub stale_days: u64,
+}
+
+impl Default for MemorySection {
+    fn default() -> Self {
+        let d = InjectConfig::default();
+        MemorySection {
+            inject: d.inject,
+            token_budget: d.token_budget,
+            stale_days: d.stale_days,
+        }
+    }
 }
 
 /// `[skills]`: where skills come from besides the built-ins and
@@ -333,6 +358,11 @@ impl Config {
             approval_timeout: s.approval_timeout,
             sandbox_profile: self.sandbox.profile,
             sandbox_network: self.sandbox.network,
+            memory: InjectConfig {
+                inject: self.memory.inject,
+                token_budget: self.memory.token_budget,
+                stale_days: self.memory.stale_days,
+            },
         }
     }
 
@@ -423,6 +453,32 @@ mod tests {
             assert!(err.contains("error, warn, info, debug, trace"), "{err}");
             assert!(err.contains("flyto_actors=debug,info"), "{err}");
         }
+    }
+
+    #[test]
+    fn memory_section_has_defaults_and_refuses_unknown_keys() {
+        let d = parse("", Path::new("c.toml"))
+            .unwrap()
+            .session_config(Path::new("/s"));
+        assert_eq!(d.memory, InjectConfig::default());
+        let c = parse(
+            "[memory]\ninject = 2\ntoken_budget = 300\nstale_days = 30\n",
+            Path::new("c.toml"),
+        )
+        .unwrap()
+        .session_config(Path::new("/s"));
+        assert_eq!(
+            c.memory,
+            InjectConfig {
+                inject: 2,
+                token_budget: 300,
+                stale_days: 30
+            }
+        );
+        let err = parse("[memory]\ninjects = 2\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("injects") && err.contains("line 2"), "{err}");
     }
 
     #[test]

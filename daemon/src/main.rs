@@ -348,6 +348,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         clock: clock.clone(),
         sockets: plan_sockets.clone(),
         skills: skills.clone(),
+        memory: memory.clone(),
     });
     let breaker_spec = {
         let store = store.clone();

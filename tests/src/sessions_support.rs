@@ -245,6 +245,17 @@ pub fn text_of(events: &[SessionEvent]) -> String {
         .collect()
 }
 
+/// The Notice messages of a run.
+pub fn notices(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Notice { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether the run ended with `Done`.
 pub fn done(events: &[SessionEvent]) -> bool {
     matches!(events.last(), Some(SessionEvent::Done { .. }))
@@ -285,6 +296,16 @@ pub fn request_messages(body: &Value) -> &Vec<Value> {
     body["messages"]
         .as_array()
         .unwrap_or_else(|| panic!("no messages in {body:#}"))
+}
+
+/// The system message of an OpenAI-style request body.
+pub fn system_prompt(body: &Value) -> String {
+    request_messages(body)
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no system message in {body:#}"))
+        .to_string()
 }
 
 /// The `role: "tool"` message answering `call` in a request body.

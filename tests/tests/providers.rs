@@ -14,7 +14,7 @@ use flyto_tests::flyto_protocol::{
     BlockView, PlanSpec, PlanState, Request, Response, SessionEvent, SessionView, StepSpec,
 };
 use flyto_tests::sessions_support::{
-    BASE, done, history, message_text, new_session, send, start_with, text_of, workdir,
+    BASE, done, history, message_text, new_session, notices, send, start_with, text_of, workdir,
 };
 use flyto_tests::{DEADLINE, Daemon, TestEnv};
 use serde_json::{Value, json};
@@ -36,16 +36,6 @@ fn reasoning_of(events: &[SessionEvent]) -> String {
         .iter()
         .filter_map(|e| match e {
             SessionEvent::Reasoning { delta } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn notices(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Notice { message } => Some(message.clone()),
             _ => None,
         })
         .collect()

@@ -10,7 +10,7 @@
 use flyto_tests::TestEnv;
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::sessions_support::{
-    done, new_session, request_messages, request_tool_result, send, setup, workdir,
+    done, new_session, request_tool_result, send, setup, system_prompt, workdir,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -30,15 +30,6 @@ fn write_skill(root: &Path, name: &str, description: &str) {
 /// The user's skill folder: `skills/` next to the config file.
 fn user_skills(env: &TestEnv) -> std::path::PathBuf {
     env.config.parent().unwrap().join("skills")
-}
-
-fn system_prompt(body: &Value) -> String {
-    request_messages(body)
-        .iter()
-        .find(|m| m["role"] == "system")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_else(|| panic!("no system message in {body:#}"))
-        .to_string()
 }
 
 #[test]

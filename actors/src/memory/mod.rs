@@ -3,7 +3,8 @@
 //! (`<state>/projects/<project id>/memory/`, the id the compaction breaker
 //! uses) and one for the user (`<state>/memory/`, entries of type `user`).
 //! Each scope has a `MEMORY.md` index and a `.trash/` of tombstones
-//! (`store.rs`); relevance is BM25 plus recency and type (`search.rs`).
+//! (`store.rs`); relevance is BM25 plus recency and type (`search.rs`);
+//! what a session's system prompt gets of it is `prompt.rs`.
 //!
 //! It owns those folders and nothing else: it reads no session, no sled
 //! tree, and no file outside `<state>/memory` and `<state>/projects/*/memory`.
@@ -17,6 +18,7 @@
 
 pub mod actor;
 pub mod entry;
+pub mod prompt;
 pub mod search;
 pub mod store;
 pub mod tools;
@@ -224,18 +226,55 @@ impl Memory {
         limit: usize,
     ) -> Result<Vec<Found>, MemoryError> {
         let all = self.list(workdir).await?;
+        Ok(Self::ranked(&all, query, now_ms, limit))
+    }
+
+    /// What a session's next model call gets: both scopes' `MEMORY.md` as
+    /// written (project first) and the entries ranked for `query`.
+    pub async fn for_prompt(
+        &self,
+        workdir: &Path,
+        query: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<(Vec<prompt::ScopeIndex>, Vec<Found>), MemoryError> {
+        let all = self.list(workdir).await?;
+        let mut indexes = Vec::with_capacity(all.len());
+        for l in &all {
+            let path = l.dir.join(store::INDEX);
+            // Reading is safe beside the actor: the index is replaced by
+            // rename, so a read sees the old file or the new one.
+            let text = match tokio::fs::read_to_string(&path).await {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => {
+                    return Err(MemoryError::Io(format!(
+                        "cannot read the memory index {}: {e}",
+                        path.display()
+                    )));
+                }
+            };
+            indexes.push(prompt::ScopeIndex {
+                scope: l.scope,
+                text,
+            });
+        }
+        Ok((indexes, Self::ranked(&all, query, now_ms, limit)))
+    }
+
+    fn ranked(all: &[Listing], query: &str, now_ms: u64, limit: usize) -> Vec<Found> {
         let flat: Vec<(&Listing, &Entry)> = all
             .iter()
             .flat_map(|l| l.scan.entries.iter().map(move |e| (l, e)))
             .collect();
         let entries: Vec<&Entry> = flat.iter().map(|(_, e)| *e).collect();
-        Ok(search::rank(&entries, query, now_ms, limit)
+        search::rank(&entries, query, now_ms, limit)
             .into_iter()
             .map(|s| {
                 let (l, e) = flat[s.index];
                 Self::found(l, e, s.score)
             })
-            .collect())
+            .collect()
     }
 
     /// Creates or replaces; `user` entries go to the user scope. A name is

@@ -61,6 +61,8 @@ pub struct SessionConfig {
     /// sandbox gets.
     pub sandbox_profile: crate::tools::sandbox::Profile,
     pub sandbox_network: bool,
+    /// `[memory]`: how much memory each model call gets.
+    pub memory: crate::memory::prompt::InjectConfig,
 }
 
 impl Default for SessionConfig {
@@ -76,6 +78,7 @@ impl Default for SessionConfig {
             approval_timeout: Duration::from_secs(300),
             sandbox_profile: crate::tools::sandbox::Profile::WorkspaceWrite,
             sandbox_network: true,
+            memory: crate::memory::prompt::InjectConfig::default(),
         }
     }
 }
@@ -92,6 +95,8 @@ pub struct SessionDeps {
     pub sockets: Arc<dyn PlanSockets>,
     /// The skills every session sees (its catalogue and `load_skill`).
     pub skills: Arc<crate::skills::SkillRegistry>,
+    /// The memory the system prompt carries of the session's project.
+    pub memory: crate::memory::Memory,
 }
 
 impl SessionDeps {

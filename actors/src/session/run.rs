@@ -215,6 +215,43 @@ fn prompt_and_tools(
     (system, tool_specs(deps, workdir), catalogue)
 }
 
+/// The memory part of the next model call's system prompt, for `query`.
+async fn memory_prompt(
+    deps: &SessionDeps,
+    workdir: &std::path::Path,
+    query: &str,
+    config: &crate::memory::prompt::InjectConfig,
+) -> Result<crate::memory::prompt::MemoryPrompt, crate::memory::MemoryError> {
+    let now = deps.clock.now_ms();
+    // Some spare candidates, for the ones the token budget leaves out.
+    let limit = config.inject.saturating_mul(4);
+    let (indexes, ranked) = deps.memory.for_prompt(workdir, query, now, limit).await?;
+    Ok(crate::memory::prompt::render(
+        &indexes, &ranked, now, config,
+    ))
+}
+
+/// What the user last wrote: the text of the newest user message that is
+/// not only tool results. It is what memory is chosen for.
+fn latest_user_text(window: &[Message]) -> String {
+    window
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .find_map(|m| {
+            let text: Vec<&str> = m
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            (!text.is_empty()).then(|| text.join("\n"))
+        })
+        .unwrap_or_default()
+}
+
 /// Tokens every request spends before the first message: the system
 /// prompt and the tool schemas (the catalogue at its largest budget, so it
 /// errs high).
@@ -327,6 +364,11 @@ async fn drive(
         emit,
     };
     let mut told_shortened = false;
+    // Chosen once per run: the run answers this message, and its own
+    // continuation requests are not what the user asked about.
+    let memory_query = latest_user_text(&window);
+    let mut memory_selection: Option<Vec<(String, &'static str)>> = None;
+    let mut told_memory_down = false;
     let mut flags = context::RunFlags::default();
     if mode == Mode::Compact {
         let before = rec.context.compactions;
@@ -371,6 +413,36 @@ async fn drive(
         let catalogue;
         (system, tools, catalogue) =
             prompt_and_tools(deps, &static_system, &workdir, context_window);
+        // After the static part and the catalogue, so the prompt's prefix
+        // stays the same from call to call; memory can change in a run.
+        match memory_prompt(deps, &workdir, &memory_query, &config.memory).await {
+            Ok(memory) => {
+                system.push_str("\n\n");
+                system.push_str(&memory.text);
+                let now: Vec<(String, &'static str)> = memory
+                    .injected
+                    .iter()
+                    .map(|i| (i.name.clone(), i.scope))
+                    .collect();
+                let changed = match &memory_selection {
+                    None => !now.is_empty(),
+                    Some(before) => *before != now,
+                };
+                if changed {
+                    emit.emit(SessionEvent::Notice {
+                        message: crate::memory::prompt::notice(&memory, &config.memory),
+                    });
+                }
+                memory_selection = Some(now);
+            }
+            Err(e) if !told_memory_down => {
+                told_memory_down = true;
+                emit.emit(SessionEvent::Notice {
+                    message: format!("memory is unavailable ({e}); the model is called without it"),
+                });
+            }
+            Err(_) => {}
+        }
         check.fixed_tokens = crate::compaction::estimate::request_tokens(&system, &tools, &[]);
         if catalogue.shortened && !told_shortened {
             told_shortened = true;
