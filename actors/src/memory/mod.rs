@@ -16,6 +16,7 @@
 //! never lose an update or interleave a file.
 
 pub mod actor;
+pub mod cache;
 pub mod entry;
 pub mod search;
 pub mod store;
@@ -184,10 +185,10 @@ impl Memory {
         Ok(out)
     }
 
-    fn found(listing: &Listing, e: &Entry, score: f64) -> Found {
+    fn found(scope: &'static str, dir: &Path, e: &Entry, score: f64) -> Found {
         Found {
-            scope: listing.scope,
-            path: listing.dir.join(format!("{}.md", e.meta.name)),
+            scope,
+            path: dir.join(format!("{}.md", e.meta.name)),
             entry: e.clone(),
             score,
         }
@@ -197,7 +198,7 @@ impl Memory {
         let all = self.list(workdir).await?;
         for l in &all {
             if let Some(e) = l.scan.entries.iter().find(|e| e.meta.name == name) {
-                return Ok(Self::found(l, e, 0.0));
+                return Ok(Self::found(l.scope, &l.dir, e, 0.0));
             }
             if let Some(p) = l
                 .scan
@@ -223,17 +224,24 @@ impl Memory {
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<Found>, MemoryError> {
-        let all = self.list(workdir).await?;
-        let flat: Vec<(&Listing, &Entry)> = all
-            .iter()
-            .flat_map(|l| l.scan.entries.iter().map(move |e| (l, e)))
-            .collect();
-        let entries: Vec<&Entry> = flat.iter().map(|(_, e)| *e).collect();
-        Ok(search::rank(&entries, query, now_ms, limit)
+        // Snapshots, not scans: the actor's cached entries and their
+        // ranking terms, shared rather than copied.
+        let mut scopes = Vec::new();
+        for key in self.keys(workdir)? {
+            let snap = self.ask(&key, |reply| ScopeMsg::Snapshot { reply }).await?;
+            scopes.push((key.label(), key.dir(&self.state_dir), snap));
+        }
+        let mut flat = Vec::new();
+        for (label, dir, snap) in &scopes {
+            flat.extend(snap.scan.entries.iter().map(|e| (*label, dir, e)));
+        }
+        let entries: Vec<&Entry> = flat.iter().map(|(_, _, e)| *e).collect();
+        let parts: Vec<&search::Postings> = scopes.iter().map(|(_, _, s)| &s.postings).collect();
+        Ok(search::rank_indexed(&entries, &parts, query, now_ms, limit)
             .into_iter()
             .map(|s| {
-                let (l, e) = flat[s.index];
-                Self::found(l, e, s.score)
+                let (scope, dir, e) = flat[s.index];
+                Self::found(scope, dir, e, s.score)
             })
             .collect())
     }

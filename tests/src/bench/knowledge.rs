@@ -406,6 +406,10 @@ fn relevance(rt: &tokio::runtime::Runtime, root: &Path, args: &Args) -> anyhow::
         std::fs::write(dir.join(format!("{}.md", meta.name)), &text).context("write entry")?;
         sizes.push((text.len(), text_tokens(&text)));
     }
+    // The scope actor trusts its cache only for files that changed more
+    // than `RACY` ago (a second edit within a coarse timestamp tick could
+    // look unchanged); wait that out, as for any folder not being written.
+    std::thread::sleep(flyto_actors::memory::cache::RACY);
     let mut bytes: Vec<usize> = sizes.iter().map(|s| s.0).collect();
     let mut tokens: Vec<u64> = sizes.iter().map(|s| s.1).collect();
     bytes.sort();
