@@ -5,6 +5,7 @@
 //! change at a time.
 
 use super::MemoryError;
+use super::cache::{Cache, Snapshot};
 use super::store::{Scan, ScopeDir, WriteReq, Written};
 use crate::clock::Clock;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -57,6 +58,10 @@ pub enum ScopeMsg {
     },
     /// Stop if nothing happened since the message of this number.
     Idle(u64),
+    /// The folder now, with each entry's ranking terms (for search).
+    Snapshot {
+        reply: RpcReplyPort<Result<Arc<Snapshot>, MemoryError>>,
+    },
 }
 
 pub struct ScopeActor;
@@ -66,6 +71,8 @@ pub struct ScopeState {
     idle: Duration,
     /// Messages handled so far; an `Idle` check with an older number is stale.
     seen: u64,
+    /// The folder's parsed entries between messages; gone when idle.
+    cache: Cache,
 }
 
 impl Actor for ScopeActor {
@@ -83,7 +90,12 @@ impl Actor for ScopeActor {
             tracing::warn!("memory trash sweep of {}: {e}", dir.dir.display());
         }
         myself.send_after(idle, || ScopeMsg::Idle(0));
-        Ok(ScopeState { dir, idle, seen: 0 })
+        Ok(ScopeState {
+            dir,
+            idle,
+            seen: 0,
+            cache: Cache::default(),
+        })
     }
 
     async fn handle(
@@ -101,13 +113,21 @@ impl Actor for ScopeActor {
         state.seen += 1;
         let seen = state.seen;
         myself.send_after(state.idle, move || ScopeMsg::Idle(seen));
-        let d = &state.dir;
+        let (d, cache) = (&state.dir, &mut state.cache);
+        let file = |name: &str| format!("{name}.md");
         match msg {
             ScopeMsg::Scan { reply } => {
-                let _ = reply.send(d.scan());
+                let _ = reply.send(cache.snapshot(d).map(|s| s.scan.clone()));
+            }
+            ScopeMsg::Snapshot { reply } => {
+                let _ = reply.send(cache.snapshot(d));
             }
             ScopeMsg::Write { req, reply } => {
-                let _ = reply.send(d.write(&req));
+                let written = cache.snapshot(d).and_then(|s| {
+                    cache.forget(&file(&req.name));
+                    d.write_over(&s.scan, &req)
+                });
+                let _ = reply.send(written);
             }
             ScopeMsg::Forget {
                 name,
@@ -115,9 +135,11 @@ impl Actor for ScopeActor {
                 source,
                 reply,
             } => {
+                cache.forget(&file(&name));
                 let _ = reply.send(d.forget(&name, &reason, &source));
             }
             ScopeMsg::Restore { name, reply } => {
+                cache.forget(&file(&name));
                 let _ = reply.send(d.restore(&name));
             }
             ScopeMsg::Idle(_) => {}

@@ -17,6 +17,7 @@
 //! never lose an update or interleave a file.
 
 pub mod actor;
+pub mod cache;
 pub mod entry;
 pub mod prompt;
 pub mod search;
@@ -186,10 +187,10 @@ impl Memory {
         Ok(out)
     }
 
-    fn found(listing: &Listing, e: &Entry, score: f64) -> Found {
+    fn found(scope: &'static str, dir: &Path, e: &Entry, score: f64) -> Found {
         Found {
-            scope: listing.scope,
-            path: listing.dir.join(format!("{}.md", e.meta.name)),
+            scope,
+            path: dir.join(format!("{}.md", e.meta.name)),
             entry: e.clone(),
             score,
         }
@@ -199,7 +200,7 @@ impl Memory {
         let all = self.list(workdir).await?;
         for l in &all {
             if let Some(e) = l.scan.entries.iter().find(|e| e.meta.name == name) {
-                return Ok(Self::found(l, e, 0.0));
+                return Ok(Self::found(l.scope, &l.dir, e, 0.0));
             }
             if let Some(p) = l
                 .scan
@@ -225,8 +226,22 @@ impl Memory {
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<Found>, MemoryError> {
-        let all = self.list(workdir).await?;
-        Ok(Self::ranked(&all, query, now_ms, limit))
+        let scopes = self.snapshots(workdir).await?;
+        Ok(Self::ranked(&scopes, query, now_ms, limit))
+    }
+
+    /// Each scope's label, folder and the actor's snapshot: its cached
+    /// entries and their ranking terms, shared rather than copied.
+    async fn snapshots(
+        &self,
+        workdir: &Path,
+    ) -> Result<Vec<(&'static str, PathBuf, std::sync::Arc<cache::Snapshot>)>, MemoryError> {
+        let mut scopes = Vec::new();
+        for key in self.keys(workdir)? {
+            let snap = self.ask(&key, |reply| ScopeMsg::Snapshot { reply }).await?;
+            scopes.push((key.label(), key.dir(&self.state_dir), snap));
+        }
+        Ok(scopes)
     }
 
     /// What a session's next model call gets: both scopes' `MEMORY.md` as
@@ -238,10 +253,10 @@ impl Memory {
         now_ms: u64,
         limit: usize,
     ) -> Result<(Vec<prompt::ScopeIndex>, Vec<Found>), MemoryError> {
-        let all = self.list(workdir).await?;
-        let mut indexes = Vec::with_capacity(all.len());
-        for l in &all {
-            let path = l.dir.join(store::INDEX);
+        let scopes = self.snapshots(workdir).await?;
+        let mut indexes = Vec::with_capacity(scopes.len());
+        for (scope, dir, _) in &scopes {
+            let path = dir.join(store::INDEX);
             // Reading is safe beside the actor: the index is replaced by
             // rename, so a read sees the old file or the new one.
             let text = match tokio::fs::read_to_string(&path).await {
@@ -254,25 +269,28 @@ impl Memory {
                     )));
                 }
             };
-            indexes.push(prompt::ScopeIndex {
-                scope: l.scope,
-                text,
-            });
+            indexes.push(prompt::ScopeIndex { scope, text });
         }
-        Ok((indexes, Self::ranked(&all, query, now_ms, limit)))
+        Ok((indexes, Self::ranked(&scopes, query, now_ms, limit)))
     }
 
-    fn ranked(all: &[Listing], query: &str, now_ms: u64, limit: usize) -> Vec<Found> {
-        let flat: Vec<(&Listing, &Entry)> = all
-            .iter()
-            .flat_map(|l| l.scan.entries.iter().map(move |e| (l, e)))
-            .collect();
-        let entries: Vec<&Entry> = flat.iter().map(|(_, e)| *e).collect();
-        search::rank(&entries, query, now_ms, limit)
+    fn ranked(
+        scopes: &[(&'static str, PathBuf, std::sync::Arc<cache::Snapshot>)],
+        query: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> Vec<Found> {
+        let mut flat = Vec::new();
+        for (label, dir, snap) in scopes {
+            flat.extend(snap.scan.entries.iter().map(|e| (*label, dir, e)));
+        }
+        let entries: Vec<&Entry> = flat.iter().map(|(_, _, e)| *e).collect();
+        let parts: Vec<&search::Postings> = scopes.iter().map(|(_, _, s)| &s.postings).collect();
+        search::rank_indexed(&entries, &parts, query, now_ms, limit)
             .into_iter()
             .map(|s| {
-                let (l, e) = flat[s.index];
-                Self::found(l, e, s.score)
+                let (scope, dir, e) = flat[s.index];
+                Self::found(scope, dir, e, s.score)
             })
             .collect()
     }

@@ -7,6 +7,7 @@
 //! because Chinese has no spaces to split on.
 
 use super::entry::{Entry, Kind};
+use std::collections::HashMap;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -81,68 +82,129 @@ pub struct Scored {
     pub score: f64,
 }
 
-/// Weighted term frequencies of one entry.
-fn doc_terms(e: &Entry) -> (Vec<(String, f64)>, f64) {
-    let mut terms: Vec<(String, f64)> = Vec::new();
-    let mut add = |text: &str, w: f64| {
-        for t in tokenize(text) {
-            match terms.iter_mut().find(|(x, _)| *x == t) {
-                Some((_, f)) => *f += w,
-                None => terms.push((t, w)),
+/// An entry's weighted term frequencies: what ranking reads of it, kept
+/// by the scope actor between searches (tokenizing is most of a search).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Doc {
+    terms: Vec<(String, f64)>,
+    len: f64,
+}
+
+impl Doc {
+    pub fn of(e: &Entry) -> Doc {
+        let mut terms: Vec<(String, f64)> = Vec::new();
+        let mut add = |text: &str, w: f64| {
+            for t in tokenize(text) {
+                match terms.iter_mut().find(|(x, _)| *x == t) {
+                    Some((_, f)) => *f += w,
+                    None => terms.push((t, w)),
+                }
             }
+        };
+        add(&e.meta.name, W_NAME);
+        add(&e.meta.description, W_DESCRIPTION);
+        for h in &e.headings {
+            add(h, W_HEADING);
         }
-    };
-    add(&e.meta.name, W_NAME);
-    add(&e.meta.description, W_DESCRIPTION);
-    for h in &e.headings {
-        add(h, W_HEADING);
+        let len = terms.iter().map(|(_, f)| f).sum();
+        Doc { terms, len }
     }
-    let len = terms.iter().map(|(_, f)| f).sum();
-    (terms, len)
+}
+
+/// The terms of a run of entries as postings (term → the entries that
+/// have it, with its weighted frequency), so a search visits only the
+/// entries that share a term with the query. A scope actor keeps one per
+/// folder between searches.
+#[derive(Debug, Clone, Default)]
+pub struct Postings {
+    map: HashMap<String, Vec<(usize, f64)>>,
+    /// Each entry's length, in order.
+    lens: Vec<f64>,
+}
+
+impl Postings {
+    pub fn of<'a>(docs: impl IntoIterator<Item = &'a Doc>) -> Postings {
+        let mut p = Postings::default();
+        for (i, d) in docs.into_iter().enumerate() {
+            for (t, f) in &d.terms {
+                p.map.entry(t.clone()).or_default().push((i, *f));
+            }
+            p.lens.push(d.len);
+        }
+        p
+    }
+
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
 }
 
 /// Entries that match `query`, best first, at most `limit`. An entry that
 /// shares no token with the query is never returned, however recent.
 pub fn rank(entries: &[&Entry], query: &str, now_ms: u64, limit: usize) -> Vec<Scored> {
+    let postings = Postings::of(&entries.iter().map(|e| Doc::of(e)).collect::<Vec<_>>());
+    rank_indexed(entries, &[&postings], query, now_ms, limit)
+}
+
+/// [`rank`] over entries whose postings are made already: `parts` cover
+/// `entries` in order (part 0 its first entries, and so on), and rank as
+/// one collection.
+pub fn rank_indexed(
+    entries: &[&Entry],
+    parts: &[&Postings],
+    query: &str,
+    now_ms: u64,
+    limit: usize,
+) -> Vec<Scored> {
     let mut q = tokenize(query);
     q.sort();
     q.dedup();
-    if q.is_empty() || entries.is_empty() {
+    if q.is_empty()
+        || entries.is_empty()
+        || parts.iter().map(|p| p.len()).sum::<usize>() != entries.len()
+    {
         return Vec::new();
     }
-    let docs: Vec<(Vec<(String, f64)>, f64)> = entries.iter().map(|e| doc_terms(e)).collect();
-    let n = docs.len() as f64;
-    let avg = (docs.iter().map(|d| d.1).sum::<f64>() / n).max(1.0);
-    let idf: Vec<f64> = q
-        .iter()
-        .map(|t| {
-            let df = docs
-                .iter()
-                .filter(|d| d.0.iter().any(|(x, _)| x == t))
-                .count() as f64;
-            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-        })
-        .collect();
-    let mut scored: Vec<Scored> = docs
+    let n = entries.len() as f64;
+    // One running sum in entry order: the same float whatever the parts.
+    let avg = (parts.iter().flat_map(|p| &p.lens).sum::<f64>() / n).max(1.0);
+    let mut bm25 = vec![0.0f64; entries.len()];
+    // Query terms in sorted order, as each entry's sum always adds them.
+    for t in &q {
+        let hits: Vec<(usize, &[(usize, f64)])> = parts
+            .iter()
+            .scan(0usize, |offset, p| {
+                let at = *offset;
+                *offset += p.len();
+                Some((at, p.map.get(t).map_or(&[][..], |v| v.as_slice())))
+            })
+            .collect();
+        let df = hits.iter().map(|(_, h)| h.len()).sum::<usize>() as f64;
+        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        for (at, h) in hits {
+            for &(i, f) in h {
+                let i = at + i;
+                let len = parts_len(parts, i);
+                bm25[i] += idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg));
+            }
+        }
+    }
+    let mut scored: Vec<Scored> = bm25
         .iter()
         .enumerate()
-        .filter_map(|(i, (terms, len))| {
-            let mut bm25 = 0.0;
-            for (t, idf) in q.iter().zip(&idf) {
-                if let Some((_, f)) = terms.iter().find(|(x, _)| x == t) {
-                    bm25 += idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg));
-                }
-            }
-            if bm25 <= 0.0 {
-                return None;
-            }
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(i, b)| {
             let e = entries[i];
             let age_days = now_ms.saturating_sub(e.updated_ms) as f64 / 86_400_000.0;
             let recency = RECENCY * 0.5f64.powf(age_days / HALF_LIFE_DAYS);
-            Some(Scored {
+            Scored {
                 index: i,
-                score: bm25 + recency + type_weight(e.meta.kind),
-            })
+                score: b + recency + type_weight(e.meta.kind),
+            }
         })
         .collect();
     scored.sort_by(|a, b| {
@@ -153,6 +215,17 @@ pub fn rank(entries: &[&Entry], query: &str, now_ms: u64, limit: usize) -> Vec<S
     });
     scored.truncate(limit);
     scored
+}
+
+/// The length of entry `i` of the concatenated parts.
+fn parts_len(parts: &[&Postings], mut i: usize) -> f64 {
+    for p in parts {
+        if i < p.len() {
+            return p.lens[i];
+        }
+        i -= p.len();
+    }
+    0.0
 }
 
 #[cfg(test)]

@@ -99,45 +99,44 @@ impl ScopeDir {
         self.dir.join(format!("{name}.md"))
     }
 
-    /// Reads every `*.md` but the index; hidden files (temp files, the
-    /// trash) are not entries.
-    pub fn scan(&self) -> Result<Scan, MemoryError> {
-        let mut scan = Scan::default();
+    /// The folder's entry files, sorted by name: every `*.md` but the
+    /// index; hidden files (temp files, the trash) are not entries.
+    pub fn files(&self) -> Result<Vec<fs::DirEntry>, MemoryError> {
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(scan),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_err("list", &self.dir, e)),
         };
-        let mut files: Vec<String> = rd
+        let mut files: Vec<(String, fs::DirEntry)> = rd
             .filter_map(|d| d.ok())
             .filter(|d| d.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|d| d.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".md") && n != INDEX && !n.starts_with('.'))
+            .filter_map(|d| d.file_name().into_string().ok().map(|n| (n, d)))
+            .filter(|(n, _)| n.ends_with(".md") && n != INDEX && !n.starts_with('.'))
             .collect();
-        files.sort();
-        for file in files {
-            let path = self.dir.join(&file);
-            let stem = file.trim_end_matches(".md");
-            let text = match fs::read(&path) {
-                Ok(b) => String::from_utf8(b),
-                Err(e) => {
-                    scan.problems.push(Problem {
-                        file: path.display().to_string(),
-                        line: 0,
-                        reason: format!("cannot read it: {e}"),
-                    });
-                    continue;
-                }
-            };
-            let parsed = match text {
-                Ok(t) => entry::parse(&path.display().to_string(), stem, &t),
-                Err(_) => Err(Problem {
-                    file: path.display().to_string(),
-                    line: 0,
-                    reason: "it is not UTF-8 text".into(),
-                }),
-            };
-            match parsed {
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(files.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// Reads and parses one entry file of the folder.
+    pub fn read_file(&self, file: &str) -> Result<Entry, Problem> {
+        let path = self.dir.join(file);
+        let stem = file.trim_end_matches(".md");
+        let problem = |reason: String| Problem {
+            file: path.display().to_string(),
+            line: 0,
+            reason,
+        };
+        let bytes = fs::read(&path).map_err(|e| problem(format!("cannot read it: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|_| problem("it is not UTF-8 text".into()))?;
+        entry::parse(&path.display().to_string(), stem, &text)
+    }
+
+    /// Reads every entry file.
+    pub fn scan(&self) -> Result<Scan, MemoryError> {
+        let mut scan = Scan::default();
+        for d in self.files()? {
+            let file = d.file_name().to_string_lossy().into_owned();
+            match self.read_file(&file) {
                 Ok(e) => scan.entries.push(e),
                 Err(p) => scan.problems.push(p),
             }
@@ -208,13 +207,17 @@ impl ScopeDir {
     }
 
     pub fn write(&self, req: &WriteReq) -> Result<Written, MemoryError> {
+        self.write_over(&self.scan()?, req)
+    }
+
+    /// [`Self::write`] given what is in the folder now (the actor's cache).
+    pub fn write_over(&self, scan: &Scan, req: &WriteReq) -> Result<Written, MemoryError> {
         if let Some(why) = entry::check_name(&req.name) {
             return Err(MemoryError::Invalid(why));
         }
         if let Some(why) = entry::check_description(&req.description) {
             return Err(MemoryError::Invalid(why));
         }
-        let scan = self.scan()?;
         let path = self.path_of(&req.name);
         if let Some(p) = scan.problems.iter().find(|p| Path::new(&p.file) == path) {
             return Err(MemoryError::Malformed(format!(

@@ -9,6 +9,7 @@
 //! cargo run --release -p flyto-tests --bin flyto-bench -- control-plane
 //! cargo run --release -p flyto-tests --bin flyto-bench -- sessions
 //! cargo run --release -p flyto-tests --bin flyto-bench -- compaction
+//! cargo run --release -p flyto-tests --bin flyto-bench -- knowledge
 //! ```
 
 // Bench code: a panic is how a setup step fails, with its message.
@@ -29,6 +30,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../bench/compaction.rs"]
 mod compaction;
+#[path = "../bench/knowledge.rs"]
+mod knowledge;
 #[path = "../bench/sandbox.rs"]
 mod sandbox;
 #[path = "../bench/sessions.rs"]
@@ -46,7 +49,7 @@ const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: r
     about = "Control-plane, session and compaction benchmarks of flytod, each next to a baseline measured in the same run.",
     after_help = "Needs the release flytod and flytoctl next to this binary: run \
 `cargo build --release --workspace --bins` first, then \
-`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, or `all`).\n\
+`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, `knowledge`, or `all`).\n\
 Prints figures, baselines and ratios to the targets (one grep-able line each); \
 asserts nothing. Exit 0, or 1 if setup fails."
 )]
@@ -97,6 +100,15 @@ struct Cli {
     /// compaction: timed compaction decisions on the 1,000-message session.
     #[arg(long, global = true, default_value_t = 200)]
     decisions: usize,
+    /// knowledge: memory entries of the relevance figure.
+    #[arg(long, global = true, default_value_t = 1_000)]
+    entries: usize,
+    /// knowledge: timed relevance queries (after the warm-up).
+    #[arg(long, global = true, default_value_t = 300)]
+    queries: usize,
+    /// knowledge: skills in the user source for the discovery figures.
+    #[arg(long, global = true, default_value_t = 500)]
+    skills: usize,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -114,7 +126,11 @@ enum Bench {
     /// 2,000-turn session under its window against a naive summarise-all
     /// policy, and the time of one compaction decision on 1,000 messages.
     Compaction,
-    /// Every benchmark: control-plane, sessions, then compaction.
+    /// Memory and skills, in process: relevance selection over 1,000
+    /// entries against reading and substring-scanning the same files,
+    /// skill discovery with 500 skills, and their prompt tokens per call.
+    Knowledge,
+    /// Every benchmark: control-plane, sessions, compaction, then knowledge.
     All,
     /// Only the plan_status latency part of control-plane.
     PlanStatus,
@@ -145,10 +161,12 @@ fn main() -> std::process::ExitCode {
         Bench::ControlPlane => check_binaries().and_then(|()| control_plane(&cli)),
         Bench::Sessions => check_binaries().and_then(|()| sessions::run(&sessions_args(&cli))),
         Bench::Compaction => compaction::run(&compaction_args(&cli)),
+        Bench::Knowledge => knowledge::run(&knowledge_args(&cli)),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
             .and_then(|()| sessions::run(&sessions_args(&cli)))
-            .and_then(|()| compaction::run(&compaction_args(&cli))),
+            .and_then(|()| compaction::run(&compaction_args(&cli)))
+            .and_then(|()| knowledge::run(&knowledge_args(&cli))),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
             plan_status_latency(&cli).map(|f| print_figures(&f))
@@ -185,6 +203,14 @@ fn compaction_args(cli: &Cli) -> compaction::Args {
     compaction::Args {
         turns: cli.turns,
         decisions: cli.decisions,
+    }
+}
+
+fn knowledge_args(cli: &Cli) -> knowledge::Args {
+    knowledge::Args {
+        entries: cli.entries,
+        queries: cli.queries,
+        skills: cli.skills,
     }
 }
 
