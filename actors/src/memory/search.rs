@@ -38,6 +38,17 @@ fn is_cjk(c: char) -> bool {
         | 0x20000..=0x2FFFF) // extensions B+
 }
 
+/// English function words left out of queries (sorted, for the search).
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had",
+    "has", "have", "he", "her", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me",
+    "my", "no", "not", "now", "of", "on", "or", "our", "please", "she", "should", "so", "some",
+    "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "up",
+    "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with",
+    "would", "you", "your",
+];
+
 /// The tokens of `text`: words, and CJK runs as character bigrams (a lone
 /// CJK character is its own token).
 pub fn tokenize(text: &str) -> Vec<String> {
@@ -161,6 +172,9 @@ pub fn rank_indexed(
     limit: usize,
 ) -> Vec<Scored> {
     let mut q = tokenize(query);
+    // A query's function words would match almost every entry: "the" in a
+    // message must not be what brings a memory into the prompt.
+    q.retain(|t| !STOPWORDS.contains(&t.as_str()));
     q.sort();
     q.dedup();
     if q.is_empty()

@@ -254,3 +254,19 @@ fn relevance_fixture_top_three() {
         assert_eq!(&again, want, "query {query:?} reversed");
     }
 }
+
+#[test]
+fn function_words_in_a_query_find_nothing_by_themselves() {
+    let a = entry(
+        "deploy-steps",
+        Kind::Project,
+        "how the deploy runs",
+        &["The steps"],
+        0,
+    );
+    let b = entry("tabs", Kind::User, "the user prefers tabs", &[], 0);
+    let all = [&a, &b];
+    assert!(rank(&all, "what is the plan for it", NOW, 10).is_empty());
+    let r = rank(&all, "how does the deploy work", NOW, 10);
+    assert_eq!(r.iter().map(|s| s.index).collect::<Vec<_>>(), [0]);
+}
