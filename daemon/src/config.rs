@@ -40,6 +40,18 @@ pub struct MemorySection {
     pub token_budget: u64,
     /// Past this many days an injected entry says to verify it.
     pub stale_days: u64,
+    /// `[memory.types.NAME]`: entry types besides the four built in.
+    pub types: BTreeMap<String, MemoryType>,
+}
+
+/// A memory type the user declares: what the model is told about it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryType {
+    /// When an entry of this type is worth saving.
+    pub when_to_save: String,
+    /// How the model should use such entries.
+    pub how_to_use: String,
 }
 
 impl Default for MemorySection {
@@ -49,6 +61,7 @@ impl Default for MemorySection {
             inject: d.inject,
             token_budget: d.token_budget,
             stale_days: d.stale_days,
+            types: BTreeMap::new(),
         }
     }
 }
@@ -244,6 +257,25 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     }
     check_log_level(&config.daemon.log_level)
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    for (name, t) in &config.memory.types {
+        let valid = !name.is_empty()
+            && name.len() <= 32
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid || ["user", "feedback", "project", "reference"].contains(&name.as_str()) {
+            bail!(
+                "invalid config file {}: [memory.types.{name}]: a declared memory type needs a new name of lowercase letters, digits and `-` (user, feedback, project and reference are built in)",
+                path.display()
+            );
+        }
+        if t.when_to_save.trim().is_empty() || t.how_to_use.trim().is_empty() {
+            bail!(
+                "invalid config file {}: [memory.types.{name}] needs both `when_to_save` and `how_to_use`: they are what the model is told about the type",
+                path.display()
+            );
+        }
+    }
     config
         .models()
         .validate()
@@ -324,6 +356,15 @@ impl Config {
             out.default_workdir = dir.display().to_string();
         }
         out
+    }
+
+    /// The declared memory types as the memory room takes them.
+    pub fn memory_types(&self) -> Vec<(String, String, String)> {
+        self.memory
+            .types
+            .iter()
+            .map(|(n, t)| (n.clone(), t.when_to_save.clone(), t.how_to_use.clone()))
+            .collect()
     }
 
     pub fn policy(&self) -> anyhow::Result<Policy> {

@@ -277,6 +277,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             "skills: cannot start the folder watcher ({e}); use `flytoctl skill_reload`"
         );
     }
+    flyto_actors::memory::entry::declare_types(&config.memory_types());
     let memory = Memory::new(state_dir.clone());
     let ctx = Arc::new(server::Ctx {
         reader: reader.clone(),
@@ -476,6 +477,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         if let Ok(mut c) = session_deps.config.write() {
                             *c = new.config.session_config(&socket_path);
                         }
+                        flyto_actors::memory::entry::declare_types(&new.config.memory_types());
                         // SIGHUP also rescans the skills.
                         skills.reconfigure(new.config.skill_config(&new.path));
                         configure_sandbox(

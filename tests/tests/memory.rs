@@ -456,3 +456,75 @@ fn a_relevant_entry_is_injected_once_inside_the_block_and_cannot_close_it() {
         notices(&events)
     );
 }
+
+#[test]
+fn a_type_declared_in_config_is_offered_saved_and_explained_to_the_model() {
+    let declared = "[memory.types.incident]\nwhen_to_save = \"a production incident taught something\"\nhow_to_use = \"check it before touching the same system\"\n";
+    let incident = json!({
+        "name": "db-failover",
+        "type": "incident",
+        "description": "the failover drill broke replication",
+        "body": "# Failover\nPause replication first.",
+    })
+    .to_string();
+    let bogus = json!({
+        "name": "x",
+        "type": "bogus",
+        "description": "d",
+        "body": "b",
+    })
+    .to_string();
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+        declared,
+        vec![
+            Reply::tool_calls(vec![
+                ("c_incident", "memory_write", incident),
+                ("c_bogus", "memory_write", bogus),
+            ]),
+            Reply::text("saved"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let _ = send(&env, &id, "remember the failover lesson");
+    assert!(
+        tool_result(&fake, "c_incident").contains("created memory `db-failover`"),
+        "{}",
+        tool_result(&fake, "c_incident")
+    );
+    let refused = tool_result(&fake, "c_bogus");
+    assert!(
+        refused.contains("`bogus` is not a memory type") && refused.contains("reference, incident"),
+        "{refused}"
+    );
+    // The model is told about the type, and the tool's schema offers it.
+    let first = &fake.requests()[0];
+    let prompt = system_prompt(first);
+    assert!(
+        prompt.contains("`incident`: save when a production incident taught something"),
+        "{prompt}"
+    );
+    let tools = first["tools"].to_string();
+    assert!(tools.contains("\"incident\""), "{tools}");
+    // People see it with its type; the file says it too.
+    let scope = listing(&env, &dir);
+    assert_eq!(scope["entries"][0]["kind"], "incident", "{scope:#}");
+    let file = std::fs::read_to_string(project_dir(&env, &dir).join("db-failover.md")).unwrap();
+    assert!(file.contains("type: incident"), "{file}");
+}
+
+#[test]
+fn a_bad_declared_type_is_a_config_error() {
+    let env = TestEnv::new("[memory.types.project]\nwhen_to_save = \"x\"\nhow_to_use = \"y\"\n");
+    let out = env
+        .command(&flyto_tests::bin("flytod"))
+        .arg("check-config")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("[memory.types.project]") && stderr.contains("built in"),
+        "{stderr}"
+    );
+}

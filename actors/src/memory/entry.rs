@@ -10,13 +10,72 @@ pub const MAX_DESCRIPTION: usize = 150;
 /// Longest name, in bytes.
 pub const MAX_NAME: usize = 64;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// An entry's type: the four built in, or one declared in config
+/// (`[memory.types.NAME]`), by its place in [`declared_types`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     User,
     Feedback,
     Project,
     Reference,
+    Declared(u16),
+}
+
+/// A type the user declared, with what the model is told about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredType {
+    pub name: &'static str,
+    pub when_to_save: String,
+    pub how_to_use: String,
+}
+
+static DECLARED: std::sync::RwLock<Vec<DeclaredType>> = std::sync::RwLock::new(Vec::new());
+
+/// Sets the declared types (at start and on a config reload). A name seen
+/// before keeps its place, so entries already parsed keep their type;
+/// names are leaked once each (a config holds a handful).
+pub fn declare_types(types: &[(String, String, String)]) {
+    let Ok(mut d) = DECLARED.write() else {
+        return;
+    };
+    for t in d.iter_mut() {
+        t.when_to_save.clear();
+        t.how_to_use.clear();
+    }
+    for (name, when, how) in types {
+        match d.iter_mut().find(|t| t.name == name) {
+            Some(t) => {
+                t.when_to_save = when.clone();
+                t.how_to_use = how.clone();
+            }
+            None => d.push(DeclaredType {
+                name: Box::leak(name.clone().into_boxed_str()),
+                when_to_save: when.clone(),
+                how_to_use: how.clone(),
+            }),
+        }
+    }
+    // Removed ones stay as placeholders with no text; parse refuses them.
+}
+
+/// The declared types in force (those with text), in config order.
+pub fn declared_types() -> Vec<DeclaredType> {
+    DECLARED
+        .read()
+        .map(|d| {
+            d.iter()
+                .filter(|t| !t.when_to_save.is_empty() || !t.how_to_use.is_empty())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every type a write may use, built-in first.
+pub fn type_names() -> Vec<&'static str> {
+    let mut out = vec!["user", "feedback", "project", "reference"];
+    out.extend(declared_types().iter().map(|t| t.name));
+    out
 }
 
 impl Kind {
@@ -26,6 +85,11 @@ impl Kind {
             Kind::Feedback => "feedback",
             Kind::Project => "project",
             Kind::Reference => "reference",
+            Kind::Declared(i) => DECLARED
+                .read()
+                .ok()
+                .and_then(|d| d.get(usize::from(i)).map(|t| t.name))
+                .unwrap_or("declared"),
         }
     }
     pub fn parse(s: &str) -> Option<Kind> {
@@ -34,8 +98,34 @@ impl Kind {
             "feedback" => Some(Kind::Feedback),
             "project" => Some(Kind::Project),
             "reference" => Some(Kind::Reference),
-            _ => None,
+            other => {
+                let d = DECLARED.read().ok()?;
+                d.iter()
+                    .position(|t| {
+                        t.name == other && (!t.when_to_save.is_empty() || !t.how_to_use.is_empty())
+                    })
+                    .and_then(|i| u16::try_from(i).ok())
+                    .map(Kind::Declared)
+            }
         }
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
+        let name = String::deserialize(d)?;
+        Kind::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown memory type `{name}`: use {}, or declare it under [memory.types.{name}] in the config",
+                type_names().join(", ")
+            ))
+        })
     }
 }
 
@@ -160,10 +250,16 @@ pub fn parse(file: &str, stem: &str, text: &str) -> Result<Entry, Problem> {
     };
     let meta: Meta = serde_yaml_ng::from_str(yaml).map_err(|e| {
         // +1: the opening `---` line.
-        let line = e.location().map_or(1, |l| l.line() + 1);
+        let mut line = e.location().map_or(1, |l| l.line() + 1);
         let msg = e.to_string();
         // The library appends " at line L column C"; the line is ours.
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        // A type's own check does not know its position: the `type:` line.
+        if msg.contains("unknown memory type")
+            && let Some(i) = yaml.lines().position(|l| l.starts_with("type:"))
+        {
+            line = i + 2;
+        }
         problem(line, msg)
     })?;
     let key_line = |key: &str| {

@@ -24,7 +24,7 @@ fn type_weight(kind: Kind) -> f64 {
         Kind::Feedback => 0.3,
         Kind::User => 0.2,
         Kind::Project => 0.1,
-        Kind::Reference => 0.0,
+        Kind::Reference | Kind::Declared(_) => 0.0,
     }
 }
 

@@ -199,20 +199,31 @@ impl Tool for Write {
   "additionalProperties": false
 }"#
     }
+    /// The `type` enum with the types declared in config.
+    fn input_schema_for(&self, _workdir: &std::path::Path) -> Option<String> {
+        let declared = crate::memory::entry::declared_types();
+        if declared.is_empty() {
+            return None;
+        }
+        let mut schema: serde_json::Value = serde_json::from_str(self.input_schema()).ok()?;
+        schema["properties"]["type"]["enum"] = crate::memory::entry::type_names().into();
+        Some(schema.to_string())
+    }
     fn concurrency_safe(&self, _: &str) -> bool {
         false
     }
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
         Box::pin(async move {
-            const EXPECTED: &str = "{\"name\": string, \"type\": \"user\"|\"feedback\"|\"project\"|\"reference\", \"description\": string, \"body\": string}";
+            const EXPECTED: &str = "{\"name\": string, \"type\": one of the memory types, \"description\": string, \"body\": string}";
             let args: WriteArgs = match parse_args(self.name(), args_json, EXPECTED) {
                 Ok(a) => a,
                 Err(out) => return out,
             };
             let Some(kind) = Kind::parse(&args.kind) else {
                 return ToolOutput::error(format!(
-                    "`{}` is not a memory type: use user, feedback, project or reference",
-                    args.kind
+                    "`{}` is not a memory type: use {}",
+                    args.kind,
+                    crate::memory::entry::type_names().join(", ")
                 ));
             };
             let req = WriteReq {
