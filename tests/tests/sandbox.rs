@@ -371,3 +371,28 @@ fn without_user_namespaces_hidden_paths_are_left_out_of_the_read_grants() {
     );
     assert!(!s.out().join("o").exists());
 }
+
+#[test]
+fn a_workdir_made_again_between_commands_stays_writable() {
+    let s = setup(
+        "",
+        vec![
+            bash("call_1", "echo one > one.txt; echo w=$?"),
+            Reply::text("one"),
+            bash("call_2", "echo two > two.txt; echo w=$?"),
+            Reply::text("two"),
+        ],
+        &[],
+    );
+    let dir = workdir(&s.env, "again");
+    let id = new_session(&s.env, &dir);
+    assert!(done(&send(&s.env, &id, "first")));
+    assert!(dir.join("one.txt").exists());
+    // The user replaces the folder (a fresh checkout, say).
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(done(&send(&s.env, &id, "second")));
+    let result = request_tool_result(&s.fake.requests()[3], "call_2");
+    assert!(result.contains("w=0"), "{result}");
+    assert!(dir.join("two.txt").exists());
+}

@@ -21,6 +21,7 @@
 //! hidden paths instead (their parents' listings become unreadable too).
 //! Children inherit both, and neither can be removed from inside.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -443,7 +444,7 @@ enum Mount {
 /// Everything the child needs, built before the fork.
 #[derive(Debug)]
 pub struct Prepared {
-    ruleset: Option<OwnedFd>,
+    ruleset: Option<Arc<OwnedFd>>,
     namespace: Option<(IdMaps, Vec<Mount>)>,
 }
 
@@ -498,7 +499,7 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
     } else {
         None
     };
-    let ruleset = ruleset(
+    let ruleset = cached_ruleset(
         support.landlock_abi,
         spec,
         &writable,
@@ -506,6 +507,53 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
         namespace.is_some(),
     )?;
     Ok(Some(Prepared { ruleset, namespace }))
+}
+
+/// How long a built ruleset is reused for the same confinement: building
+/// one opens every granted path (hundreds around hidden paths without a
+/// mount namespace). A ruleset is copied into each child's domain when it
+/// restricts itself, so one fd serves many children; a path created
+/// meanwhile is granted after this.
+const RULESET_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+/// Confinements kept at once (sessions with different workdirs).
+const RULESETS_KEPT: usize = 32;
+
+type RulesetCache = HashMap<String, (std::time::Instant, Option<Arc<OwnedFd>>)>;
+static RULESETS: std::sync::Mutex<Option<RulesetCache>> = std::sync::Mutex::new(None);
+
+fn cached_ruleset(
+    kernel_abi: i32,
+    spec: &SandboxSpec,
+    writable: &[PathBuf],
+    hidden: &[&PathBuf],
+    mounted: bool,
+) -> Result<Option<Arc<OwnedFd>>, SandboxError> {
+    // Rules hold the inodes they were built from: a workdir removed and
+    // made again is another folder, so its inode is part of the key.
+    use std::os::unix::fs::MetadataExt;
+    let inodes: Vec<(u64, u64)> = writable
+        .iter()
+        .map(|w| std::fs::metadata(w).map_or((0, 0), |m| (m.dev(), m.ino())))
+        .collect();
+    let key = format!(
+        "{kernel_abi}|{}|{writable:?}|{inodes:?}|{hidden:?}|{mounted}",
+        spec.network
+    );
+    if let Ok(mut cache) = RULESETS.lock()
+        && let Some((at, fd)) = cache.get_or_insert_with(HashMap::new).get(&key)
+        && at.elapsed() < RULESET_FOR
+    {
+        return Ok(fd.clone());
+    }
+    let fd = ruleset(kernel_abi, spec, writable, hidden, mounted)?.map(Arc::new);
+    if let Ok(mut cache) = RULESETS.lock() {
+        let cache = cache.get_or_insert_with(HashMap::new);
+        if cache.len() >= RULESETS_KEPT {
+            cache.clear();
+        }
+        cache.insert(key, (std::time::Instant::now(), fd.clone()));
+    }
+    Ok(fd)
 }
 
 fn setup(e: impl std::fmt::Display) -> SandboxError {
@@ -577,7 +625,7 @@ fn ruleset(
     let read_roots = if mounted {
         vec![PathBuf::from("/")]
     } else {
-        read_roots(Path::new("/"), hidden)
+        cached_read_roots(hidden)
     };
     let devices = AccessFs::from_file(abi) & !AccessFs::Execute;
     let created = ruleset
@@ -590,6 +638,31 @@ fn ruleset(
         .add_rules(path_beneath_rules(DEVICES, devices))
         .map_err(setup)?;
     Ok(created.into())
+}
+
+/// How long a computed set of read roots is reused: walking the folders
+/// around the hidden paths costs milliseconds per command otherwise, and a
+/// folder created meanwhile beside a hidden one is readable after this.
+const READ_ROOTS_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+type RootsCache = Option<(Vec<PathBuf>, std::time::Instant, Vec<PathBuf>)>;
+static READ_ROOTS: std::sync::Mutex<RootsCache> = std::sync::Mutex::new(None);
+
+/// [`read_roots`] of `/`, reused for the same hidden set for a while.
+fn cached_read_roots(hidden: &[&PathBuf]) -> Vec<PathBuf> {
+    let key: Vec<PathBuf> = hidden.iter().map(|p| (*p).clone()).collect();
+    if let Ok(cache) = READ_ROOTS.lock()
+        && let Some((k, at, roots)) = cache.as_ref()
+        && *k == key
+        && at.elapsed() < READ_ROOTS_FOR
+    {
+        return roots.clone();
+    }
+    let roots = read_roots(Path::new("/"), hidden);
+    if let Ok(mut cache) = READ_ROOTS.lock() {
+        *cache = Some((key, std::time::Instant::now(), roots.clone()));
+    }
+    roots
 }
 
 /// Readable hierarchies under `dir` that leave out every hidden path:
