@@ -79,6 +79,22 @@ impl CtrlC {
     }
 }
 
+/// Held by the Ctrl-C thread while it acts on one Ctrl-C (the cancel
+/// request and its note), so the main thread can wait for it to finish
+/// before the process exits: see [`settle`].
+static BUSY: Mutex<()> = Mutex::new(());
+
+/// Waits until the Ctrl-C thread has finished what it is doing, so its
+/// note ("cancelled s1") is not cut off by the process exiting. A run
+/// ends only after the daemon handled the cancel that thread sent, so by
+/// then the thread is inside its work, or done.
+pub fn settle() {
+    drop(
+        BUSY.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+}
+
 /// Write end of the self-pipe, for the signal handler.
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 static INSTALLED: OnceLock<CtrlC> = OnceLock::new();
@@ -106,6 +122,9 @@ pub fn install(socket: PathBuf, mode: Mode) -> Result<CtrlC> {
 fn watch(mut reader: File, ctrlc: &CtrlC, socket: &std::path::Path) {
     let mut byte = [0u8; 1];
     while let Ok(1) = reader.read(&mut byte) {
+        let _busy = BUSY
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let action = on_interrupt(&mut ctrlc.lock());
         match action {
             Action::Hint => {

@@ -294,7 +294,10 @@ fn parse_cli() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse_cli();
-    match run(cli) {
+    let result = run(cli);
+    // A Ctrl-C being handled finishes its note before we exit.
+    interrupt::settle();
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(err) if exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
