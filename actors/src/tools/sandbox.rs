@@ -625,7 +625,7 @@ fn ruleset(
     let read_roots = if mounted {
         vec![PathBuf::from("/")]
     } else {
-        cached_read_roots(hidden)
+        read_roots(Path::new("/"), hidden)
     };
     let devices = AccessFs::from_file(abi) & !AccessFs::Execute;
     let created = ruleset
@@ -638,31 +638,6 @@ fn ruleset(
         .add_rules(path_beneath_rules(DEVICES, devices))
         .map_err(setup)?;
     Ok(created.into())
-}
-
-/// How long a computed set of read roots is reused: walking the folders
-/// around the hidden paths costs milliseconds per command otherwise, and a
-/// folder created meanwhile beside a hidden one is readable after this.
-const READ_ROOTS_FOR: std::time::Duration = std::time::Duration::from_secs(10);
-
-type RootsCache = Option<(Vec<PathBuf>, std::time::Instant, Vec<PathBuf>)>;
-static READ_ROOTS: std::sync::Mutex<RootsCache> = std::sync::Mutex::new(None);
-
-/// [`read_roots`] of `/`, reused for the same hidden set for a while.
-fn cached_read_roots(hidden: &[&PathBuf]) -> Vec<PathBuf> {
-    let key: Vec<PathBuf> = hidden.iter().map(|p| (*p).clone()).collect();
-    if let Ok(cache) = READ_ROOTS.lock()
-        && let Some((k, at, roots)) = cache.as_ref()
-        && *k == key
-        && at.elapsed() < READ_ROOTS_FOR
-    {
-        return roots.clone();
-    }
-    let roots = read_roots(Path::new("/"), hidden);
-    if let Ok(mut cache) = READ_ROOTS.lock() {
-        *cache = Some((key, std::time::Instant::now(), roots.clone()));
-    }
-    roots
 }
 
 /// Readable hierarchies under `dir` that leave out every hidden path:
