@@ -698,16 +698,12 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
     time_calls(cli.warmup, 0, &mut echo_call)?;
     let servers = (daemon.pid(), echo_server.pid());
     let m = interleaved(cli.calls, servers, &mut status_call, &mut echo_call)?;
-    for (name, q, target) in [("p50", 0.50, Some(1.5)), ("p99", 0.99, None)] {
+    for (name, q) in [("p50", 0.50), ("p99", 0.99)] {
         let d = percentile(&m.daemon_ns, q);
         let e = percentile(&m.echo_ns, q);
         let ratio = d as f64 / e.max(1) as f64;
-        let target = match target {
-            Some(t) => format!(" (target <= {t}) {}", verdict(ratio <= t)),
-            None => String::new(),
-        };
         println!(
-            "plan_status {name}: {} (echo {}) ratio {ratio:.2}{target}",
+            "plan_status {name} unpinned: {} (echo {}) ratio {ratio:.2}",
             us(d),
             us(e)
         );
@@ -725,14 +721,8 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
         m.echo_switches as f64 / 100.0
     );
     let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
+    let unpinned = (d, e);
     let mut figures = vec![
-        at_most(
-            "plan_status p50 / echo p50",
-            d as f64 / e.max(1) as f64,
-            "x",
-            &format!(" ({} / {})", us(d), us(e)),
-            2.0,
-        ),
         format!(
             "plan_status server CPU per call: flytod {} (echo {}) ratio {:.2}",
             us(m.daemon_cpu),
@@ -767,6 +757,7 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
     if let [first, second, ..] = cpus[..] {
         placements.push((first, second));
     }
+    let mut pinned_runs = 0;
     for (client_cpu, server_cpu) in placements {
         if !saved.iter().all(Option::is_some) {
             break;
@@ -781,6 +772,7 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
             }
         }
         if let Some(m) = m.transpose()? {
+            pinned_runs += 1;
             let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
             let place = if client_cpu == server_cpu {
                 format!("client and servers on CPU {client_cpu}")
@@ -810,6 +802,23 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
             ));
         }
     }
+    // Unpinned, the ratio is bimodal (about 0.2x or about 8x in
+    // consecutive runs here): it measures which server the scheduler put
+    // next to the client. So it carries the target only where no pinned
+    // placement could be measured.
+    let (d, e) = unpinned;
+    let ratio = d as f64 / e.max(1) as f64;
+    let detail = format!(" ({} / {})", us(d), us(e));
+    figures.insert(
+        0,
+        if pinned_runs == 0 {
+            at_most("plan_status p50 / echo p50", ratio, "x", &detail, 2.0)
+        } else {
+            format!(
+                "plan_status p50 / echo p50 unpinned: {ratio:.3}x{detail} (placement decides it; the {pinned_runs} pinned figures below carry the target)"
+            )
+        },
+    );
     // Where the time goes: ping is answered by the connection task alone.
     let ping_ns = time_calls(cli.warmup, cli.calls / 4, || {
         match client.call(&Request::Ping {})? {
