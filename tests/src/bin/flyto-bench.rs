@@ -722,14 +722,12 @@ fn plan_status_latency(cli: &Cli) -> anyhow::Result<Vec<String>> {
     );
     let (d, e) = (percentile(&m.daemon_ns, 0.5), percentile(&m.echo_ns, 0.5));
     let unpinned = (d, e);
-    let mut figures = vec![
-        format!(
-            "plan_status server CPU per call: flytod {} (echo {}) ratio {:.2}",
-            us(m.daemon_cpu),
-            us(m.echo_cpu),
-            m.daemon_cpu as f64 / m.echo_cpu.max(1) as f64
-        ),
-    ];
+    let mut figures = vec![format!(
+        "plan_status server CPU per call: flytod {} (echo {}) ratio {:.2}",
+        us(m.daemon_cpu),
+        us(m.echo_cpu),
+        m.daemon_cpu as f64 / m.echo_cpu.max(1) as f64
+    )];
     // On a small VM the figures above swing with where the scheduler puts
     // the client and each server: waking a thread on another (idle) vCPU
     // costs tens of microseconds here, on one CPU a few. Unpinned, whichever
