@@ -528,3 +528,140 @@ fn a_bad_declared_type_is_a_config_error() {
         "{stderr}"
     );
 }
+
+/// A valid entry as a person would write it by hand.
+fn hand_entry(name: &str, description: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: {description}\ntype: project\ncreated: 2026-01-01T00:00:00Z\nupdated: 2026-01-01T00:00:00Z\nsource: user\nversion: 1\n---\nbody of {name}\n"
+    )
+}
+
+#[test]
+fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("seed", "memory_write", write_args("seed", "first")),
+        Reply::text("saved"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "remember");
+    assert_eq!(tool_result(&fake, "seed"), "created memory `seed`");
+    let folder = project_dir(&env, &dir);
+    // 199 more by hand: the index is at its 200-line cap.
+    for i in 1..200 {
+        let name = format!("note-{i:03}");
+        std::fs::write(
+            folder.join(format!("{name}.md")),
+            hand_entry(&name, "a short note"),
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        listing(&env, &dir)["entries"].as_array().unwrap().len(),
+        200
+    );
+    let before = snapshot(&folder);
+
+    fake.push(vec![
+        Reply::tool_call("new", "memory_write", write_args("one-more", "extra")),
+        Reply::tool_call("replace", "memory_write", write_args("seed", "second")),
+        Reply::text("done"),
+    ]);
+    send(&env, &id, "remember more");
+    let refused = tool_result(&fake, "new");
+    assert!(
+        refused.contains("201 lines, over the cap of 200")
+            && refused.contains("merge related entries")
+            && refused.contains("memory_forget"),
+        "{refused}"
+    );
+    assert!(!folder.join("one-more.md").exists());
+    assert!(
+        tool_result(&fake, "replace").contains("replaced memory `seed`"),
+        "{}",
+        tool_result(&fake, "replace")
+    );
+    // Only the replaced entry and the index changed; nothing was cut.
+    let after = snapshot(&folder);
+    let changed: Vec<&String> = after
+        .keys()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert_eq!(changed, ["MEMORY.md", "seed.md"], "{changed:?}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("MEMORY.md"))
+            .unwrap()
+            .lines()
+            .count(),
+        200
+    );
+}
+
+#[test]
+fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("seed", "memory_write", write_args("seed", "first")),
+        Reply::text("saved"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "remember");
+    let folder = project_dir(&env, &dir);
+    let long = "d".repeat(140);
+    let add = |range: std::ops::Range<usize>| {
+        for i in range {
+            let name = format!("long-{i:03}");
+            std::fs::write(folder.join(format!("{name}.md")), hand_entry(&name, &long)).unwrap();
+        }
+    };
+    // A replace regenerates the index; it tells how long each line is.
+    let replace = |call: &str, body: &str| {
+        fake.push(vec![
+            Reply::tool_call(call, "memory_write", write_args("seed", body)),
+            Reply::text("ok"),
+        ]);
+        send(&env, &id, "update the seed");
+        assert!(tool_result(&fake, call).contains("replaced"), "{call}");
+        std::fs::read_to_string(folder.join("MEMORY.md")).unwrap()
+    };
+    add(0..100);
+    let index = replace("r1", "second");
+    let line = index
+        .lines()
+        .find(|l| l.contains("long-000"))
+        .unwrap()
+        .len()
+        + 1;
+    // Fill to just under the cap: less room is left than one more line.
+    let more = (25 * 1024 - index.len()) / line;
+    add(100..100 + more);
+    let index = replace("r2", "third");
+    assert!(
+        index.len() <= 25 * 1024 && index.len() + line > 25 * 1024,
+        "{} bytes, lines of {line}",
+        index.len()
+    );
+    let big = json!({
+        "name": "one-more",
+        "type": "project",
+        "description": "e".repeat(150),
+        "body": "x",
+    })
+    .to_string();
+    fake.push(vec![
+        Reply::tool_call("new", "memory_write", big),
+        Reply::text("done"),
+    ]);
+    send(&env, &id, "remember more");
+    let refused = tool_result(&fake, "new");
+    assert!(
+        refused.contains("over the cap of 25 KB")
+            && refused.contains("the least recently updated are long-000"),
+        "{refused}"
+    );
+    assert!(!folder.join("one-more.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(folder.join("MEMORY.md")).unwrap(),
+        index
+    );
+}

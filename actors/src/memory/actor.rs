@@ -7,6 +7,7 @@
 use super::MemoryError;
 use super::cache::{Cache, Snapshot};
 use super::store::{Scan, ScopeDir, WriteReq, Written};
+use super::watch::FolderWatch;
 use crate::clock::Clock;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -73,17 +74,18 @@ pub struct ScopeState {
     seen: u64,
     /// The folder's parsed entries between messages; gone when idle.
     cache: Cache,
+    watch: Option<Arc<FolderWatch>>,
 }
 
 impl Actor for ScopeActor {
     type Msg = ScopeMsg;
     type State = ScopeState;
-    type Arguments = (ScopeDir, Duration);
+    type Arguments = (ScopeDir, Duration, Option<Arc<FolderWatch>>);
 
     async fn pre_start(
         &self,
         myself: ActorRef<ScopeMsg>,
-        (dir, idle): (ScopeDir, Duration),
+        (dir, idle, watch): Self::Arguments,
     ) -> Result<ScopeState, ActorProcessingErr> {
         // Old tombstones go whenever a folder wakes up.
         if let Err(e) = dir.sweep() {
@@ -94,8 +96,20 @@ impl Actor for ScopeActor {
             dir,
             idle,
             seen: 0,
-            cache: Cache::default(),
+            cache: Cache::watched_by(watch.clone()),
+            watch,
         })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ScopeMsg>,
+        state: &mut ScopeState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(w) = &state.watch {
+            w.unwatch(&state.dir.dir);
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -168,6 +182,8 @@ pub struct MemoryManager;
 
 pub struct ManagerState {
     args: MemoryArgs,
+    /// Shared by every scope actor; none if inotify is unavailable.
+    watch: Option<Arc<FolderWatch>>,
     live: HashMap<ScopeKey, ActorRef<ScopeMsg>>,
 }
 
@@ -181,8 +197,18 @@ impl Actor for MemoryManager {
         _myself: ActorRef<ManagerMsg>,
         args: MemoryArgs,
     ) -> Result<ManagerState, ActorProcessingErr> {
+        let watch = match FolderWatch::new() {
+            Ok(w) => Some(Arc::new(w)),
+            Err(e) => {
+                tracing::warn!(
+                    "inotify is unavailable ({e}): memory folders are re-checked file by file at each use"
+                );
+                None
+            }
+        };
         Ok(ManagerState {
             args,
+            watch,
             live: HashMap::new(),
         })
     }
@@ -206,7 +232,7 @@ impl Actor for MemoryManager {
                         match Actor::spawn_linked(
                             None,
                             ScopeActor,
-                            (dir, state.args.idle),
+                            (dir, state.args.idle, state.watch.clone()),
                             myself.get_cell(),
                         )
                         .await

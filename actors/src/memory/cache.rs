@@ -3,9 +3,10 @@
 //! of the file — so a search reads and parses only files that changed
 //! instead of the whole folder.
 //!
-//! Hand edits are still seen: every use lists the folder and stats each
-//! entry file; a file added, removed, or with another size, mtime, ctime or
-//! inode is read again. A file changed within [`RACY`] of being read is
+//! Hand edits are still seen. With a [`FolderWatch`], a use whose folder
+//! had no inotify event since the last look is served from memory; every
+//! other use lists the folder and stats each entry file; a file added,
+//! removed, or with another size, mtime, ctime or inode is read again. A file changed within [`RACY`] of being read is
 //! read again next time too, because a second edit in the same timestamp
 //! tick (coarse on some filesystems) with the same size would look
 //! unchanged. The actor also drops a file's record when it writes that file
@@ -16,6 +17,7 @@ use super::MemoryError;
 use super::entry::{Entry, Problem};
 use super::search::{Doc, Postings};
 use super::store::{Scan, ScopeDir};
+use super::watch::FolderWatch;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -70,6 +72,8 @@ struct Cached {
 pub struct Cache {
     files: BTreeMap<String, Cached>,
     snapshot: Option<Arc<Snapshot>>,
+    /// Without one, every use stats the folder.
+    watch: Option<Arc<FolderWatch>>,
 }
 
 fn read(dir: &ScopeDir, file: &str) -> Result<(Entry, Doc), Problem> {
@@ -80,6 +84,13 @@ fn read(dir: &ScopeDir, file: &str) -> Result<(Entry, Doc), Problem> {
 }
 
 impl Cache {
+    pub fn watched_by(watch: Option<Arc<FolderWatch>>) -> Cache {
+        Cache {
+            watch,
+            ..Cache::default()
+        }
+    }
+
     /// Forgets what it knew of `file` (the actor is about to change it).
     pub fn forget(&mut self, file: &str) {
         self.files.remove(file);
@@ -88,6 +99,15 @@ impl Cache {
 
     /// The folder now: from memory for files unchanged since last time.
     pub fn snapshot(&mut self, dir: &ScopeDir) -> Result<Arc<Snapshot>, MemoryError> {
+        // Asked even without a snapshot, so that the folder is watched from
+        // the first look on.
+        let quiet = self
+            .watch
+            .as_ref()
+            .is_some_and(|w| !w.may_have_changed(&dir.dir));
+        if quiet && let Some(s) = &self.snapshot {
+            return Ok(s.clone());
+        }
         let now_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i128);
@@ -204,13 +224,23 @@ mod tests {
 
     #[test]
     fn a_hand_edit_after_a_cached_search_is_seen_by_the_next_search() {
+        hand_edits_are_seen(Cache::default());
+    }
+
+    #[test]
+    fn a_hand_edit_is_seen_through_the_folder_watch_too() {
+        let watch = Arc::new(FolderWatch::new().unwrap());
+        hand_edits_are_seen(Cache::watched_by(Some(watch.clone())));
+        assert_eq!(watch.watched(), 1);
+    }
+
+    fn hand_edits_are_seen(mut cache: Cache) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = scope(tmp.path());
         dir.write(&req("deploy-steps", "how we deploy to staging"))
             .unwrap();
         dir.write(&req("test-command", "run the tests with nextest"))
             .unwrap();
-        let mut cache = Cache::default();
         assert_eq!(search(&mut cache, &dir, "kubernetes"), Vec::<String>::new());
         assert_eq!(search(&mut cache, &dir, "deploy"), ["deploy-steps"]);
         // A person edits the file in place (same inode), then adds one.

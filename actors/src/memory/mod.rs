@@ -23,6 +23,7 @@ pub mod prompt;
 pub mod search;
 pub mod store;
 pub mod tools;
+pub mod watch;
 
 pub use actor::{MEMORY_MANAGER_NAME, MemoryArgs, MemoryManager};
 pub use entry::{Entry, Kind, Problem};
