@@ -536,9 +536,18 @@ fn hand_entry(name: &str, description: &str) -> String {
     )
 }
 
-#[test]
-fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
-    let (fake, env, _daemon) = setup(vec![
+struct Seeded {
+    fake: FakeLlm,
+    env: TestEnv,
+    _daemon: flyto_tests::Daemon,
+    dir: PathBuf,
+    id: String,
+    folder: PathBuf,
+}
+
+/// A session whose agent saved one entry, `seed`, in its project.
+fn seeded() -> Seeded {
+    let (fake, env, daemon) = setup(vec![
         Reply::tool_call("seed", "memory_write", write_args("seed", "first")),
         Reply::text("saved"),
     ]);
@@ -547,6 +556,20 @@ fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
     send(&env, &id, "remember");
     assert_eq!(tool_result(&fake, "seed"), "created memory `seed`");
     let folder = project_dir(&env, &dir);
+    Seeded {
+        fake,
+        env,
+        _daemon: daemon,
+        dir,
+        id,
+        folder,
+    }
+}
+
+#[test]
+fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
+    let s = seeded();
+    let (fake, env, dir, id, folder) = (&s.fake, &s.env, &s.dir, &s.id, &s.folder);
     // 199 more by hand: the index is at its 200-line cap.
     for i in 1..200 {
         let name = format!("note-{i:03}");
@@ -599,14 +622,8 @@ fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
 
 #[test]
 fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("seed", "memory_write", write_args("seed", "first")),
-        Reply::text("saved"),
-    ]);
-    let dir = workdir(&env, "proj");
-    let id = new_session(&env, &dir);
-    send(&env, &id, "remember");
-    let folder = project_dir(&env, &dir);
+    let s = seeded();
+    let (fake, env, dir, id, folder) = (&s.fake, &s.env, &s.dir, &s.id, &s.folder);
     let long = "d".repeat(140);
     let add = |range: std::ops::Range<usize>| {
         for i in range {
