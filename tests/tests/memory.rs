@@ -579,19 +579,16 @@ fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
         )
         .unwrap();
     }
-    assert_eq!(
-        listing(&env, &dir)["entries"].as_array().unwrap().len(),
-        200
-    );
-    let before = snapshot(&folder);
+    assert_eq!(listing(env, dir)["entries"].as_array().unwrap().len(), 200);
+    let before = snapshot(folder);
 
     fake.push(vec![
         Reply::tool_call("new", "memory_write", write_args("one-more", "extra")),
         Reply::tool_call("replace", "memory_write", write_args("seed", "second")),
         Reply::text("done"),
     ]);
-    send(&env, &id, "remember more");
-    let refused = tool_result(&fake, "new");
+    send(env, id, "remember more");
+    let refused = tool_result(fake, "new");
     assert!(
         refused.contains("201 lines, over the cap of 200")
             && refused.contains("merge related entries")
@@ -600,12 +597,12 @@ fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
     );
     assert!(!folder.join("one-more.md").exists());
     assert!(
-        tool_result(&fake, "replace").contains("replaced memory `seed`"),
+        tool_result(fake, "replace").contains("replaced memory `seed`"),
         "{}",
-        tool_result(&fake, "replace")
+        tool_result(fake, "replace")
     );
     // Only the replaced entry and the index changed; nothing was cut.
-    let after = snapshot(&folder);
+    let after = snapshot(folder);
     let changed: Vec<&String> = after
         .keys()
         .filter(|k| before.get(*k) != after.get(*k))
@@ -623,7 +620,7 @@ fn a_full_index_refuses_a_new_entry_by_its_cap_but_a_replace_still_lands() {
 #[test]
 fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
     let s = seeded();
-    let (fake, env, dir, id, folder) = (&s.fake, &s.env, &s.dir, &s.id, &s.folder);
+    let (fake, env, _dir, id, folder) = (&s.fake, &s.env, &s.dir, &s.id, &s.folder);
     let long = "d".repeat(140);
     let add = |range: std::ops::Range<usize>| {
         for i in range {
@@ -637,8 +634,8 @@ fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
             Reply::tool_call(call, "memory_write", write_args("seed", body)),
             Reply::text("ok"),
         ]);
-        send(&env, &id, "update the seed");
-        assert!(tool_result(&fake, call).contains("replaced"), "{call}");
+        send(env, id, "update the seed");
+        assert!(tool_result(fake, call).contains("replaced"), "{call}");
         std::fs::read_to_string(folder.join("MEMORY.md")).unwrap()
     };
     add(0..100);
@@ -669,8 +666,8 @@ fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
         Reply::tool_call("new", "memory_write", big),
         Reply::text("done"),
     ]);
-    send(&env, &id, "remember more");
-    let refused = tool_result(&fake, "new");
+    send(env, id, "remember more");
+    let refused = tool_result(fake, "new");
     assert!(
         refused.contains("over the cap of 25 KB")
             && refused.contains("the least recently updated are long-000"),
