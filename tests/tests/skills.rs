@@ -339,3 +339,28 @@ fn skill_folders_are_watched_a_broken_edit_keeps_the_last_good_version_and_other
     );
     assert_eq!(rescans(&daemon), before + 1, "{}", daemon.log());
 }
+
+#[test]
+fn sighup_applies_a_changed_skills_section_and_rescans() {
+    let env = TestEnv::new("");
+    let daemon = env.start();
+    let dir = workdir(&env, "proj");
+    let project = dir.join(".flyto/skills");
+    write_skill(&project, "deploy", "Use when deploying this project.");
+    let wd = dir.display().to_string();
+    let args = ["skill_list", "--project", wd.as_str()];
+    wait_for_list(&env, &args, "deploy");
+
+    // Project skills switched off in the file: SIGHUP alone applies it.
+    env.write_config("[skills]\nproject = false\n");
+    daemon.signal(libc::SIGHUP);
+    let gone = flyto_tests::wait_until("deploy to leave skill_list", flyto_tests::DEADLINE, || {
+        let out = env.ctl(&args);
+        (!out.stdout.contains("deploy")).then_some(out.stdout)
+    });
+    assert!(gone.contains("flyto-plans"), "{gone}");
+    // And back on.
+    env.write_config("[skills]\nproject = true\n");
+    daemon.signal(libc::SIGHUP);
+    wait_for_list(&env, &args, "deploy");
+}
