@@ -26,6 +26,7 @@ pub mod normalize;
 pub mod orchestrator;
 pub mod run;
 pub mod store;
+pub mod subrun;
 
 pub use actor::{SessionActor, SessionMsg, Subscription};
 pub use manager::{ManagerMsg, SESSION_MANAGER_NAME, SessionManager};
