@@ -7,6 +7,8 @@
 use super::MemoryError;
 use super::cache::{Cache, Snapshot};
 use super::store::{Scan, ScopeDir, WriteReq, Written};
+use super::switch::{Check, Staged, Switched};
+use super::versions::{Files, VersionMeta};
 use super::watch::FolderWatch;
 use crate::clock::Clock;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -63,6 +65,25 @@ pub enum ScopeMsg {
     Snapshot {
         reply: RpcReplyPort<Result<Arc<Snapshot>, MemoryError>>,
     },
+    /// A copy of the live folder for a consolidation to work on.
+    Stage {
+        staging: PathBuf,
+        reply: RpcReplyPort<Result<Staged, MemoryError>>,
+    },
+    /// A consolidation's result, to switch in (see `switch.rs`).
+    Switch {
+        base: Arc<Files>,
+        staged: Arc<Files>,
+        meta: VersionMeta,
+        check: Check,
+        keep: usize,
+        reply: RpcReplyPort<Result<Switched, MemoryError>>,
+    },
+    Undo {
+        run: Option<String>,
+        keep: usize,
+        reply: RpcReplyPort<Result<VersionMeta, MemoryError>>,
+    },
 }
 
 pub struct ScopeActor;
@@ -75,6 +96,17 @@ pub struct ScopeState {
     /// The folder's parsed entries between messages; gone when idle.
     cache: Cache,
     watch: Option<Arc<FolderWatch>>,
+}
+
+impl ScopeState {
+    /// After a switch the folder is another inode: drop what was known of
+    /// the old one, and watch the new one from the next look.
+    fn relook(&mut self) {
+        if let Some(w) = &self.watch {
+            w.unwatch(&self.dir.dir);
+        }
+        self.cache = Cache::watched_by(self.watch.clone());
+    }
 }
 
 impl Actor for ScopeActor {
@@ -155,6 +187,26 @@ impl Actor for ScopeActor {
             ScopeMsg::Restore { name, reply } => {
                 cache.forget(&file(&name));
                 let _ = reply.send(d.restore(&name));
+            }
+            ScopeMsg::Stage { staging, reply } => {
+                let _ = reply.send(super::switch::stage(d, staging));
+            }
+            ScopeMsg::Switch {
+                base,
+                staged,
+                meta,
+                check,
+                keep,
+                reply,
+            } => {
+                let done = super::switch::switch(d, &base, &staged, meta, &check, keep);
+                state.relook();
+                let _ = reply.send(done);
+            }
+            ScopeMsg::Undo { run, keep, reply } => {
+                let done = super::switch::undo(d, run.as_deref(), keep);
+                state.relook();
+                let _ = reply.send(done);
             }
             ScopeMsg::Idle(_) => {}
         }

@@ -22,7 +22,9 @@ pub mod entry;
 pub mod prompt;
 pub mod search;
 pub mod store;
+pub mod switch;
 pub mod tools;
+pub mod versions;
 pub mod watch;
 
 pub use actor::{MEMORY_MANAGER_NAME, MemoryArgs, MemoryManager};
@@ -34,6 +36,7 @@ use flyto_protocol::ErrorCode;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -337,6 +340,59 @@ impl Memory {
             name: name.to_string(),
             reason: reason.to_string(),
             source: source.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// A copy of the project's live memory at `staging`, for a dream.
+    pub async fn stage(
+        &self,
+        workdir: &Path,
+        staging: PathBuf,
+    ) -> Result<switch::Staged, MemoryError> {
+        let key = ScopeKey::Project(project_of(workdir)?);
+        self.ask(&key, |reply| ScopeMsg::Stage {
+            staging: staging.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Switches a dream's result in as the project's live memory.
+    pub async fn switch(
+        &self,
+        workdir: &Path,
+        base: Arc<versions::Files>,
+        staged: Arc<versions::Files>,
+        meta: versions::VersionMeta,
+        check: switch::Check,
+        keep: usize,
+    ) -> Result<switch::Switched, MemoryError> {
+        let key = ScopeKey::Project(project_of(workdir)?);
+        self.ask(&key, |reply| ScopeMsg::Switch {
+            base: base.clone(),
+            staged: staged.clone(),
+            meta: meta.clone(),
+            check: check.clone(),
+            keep,
+            reply,
+        })
+        .await
+    }
+
+    /// Makes the project's memory before dream `run` (the newest if none)
+    /// live again.
+    pub async fn undo(
+        &self,
+        workdir: &Path,
+        run: Option<String>,
+        keep: usize,
+    ) -> Result<versions::VersionMeta, MemoryError> {
+        let key = ScopeKey::Project(project_of(workdir)?);
+        self.ask(&key, |reply| ScopeMsg::Undo {
+            run: run.clone(),
+            keep,
             reply,
         })
         .await
