@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod compaction;
+pub mod dream;
 pub mod failpoint;
 pub mod llm;
 pub mod memory;

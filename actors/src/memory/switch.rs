@@ -46,6 +46,7 @@ pub fn stage(dir: &ScopeDir, staging: PathBuf) -> Result<Staged, MemoryError> {
     let mut copy = base.clone();
     copy.remove(super::versions::META);
     write_files(&staging, &copy).map_err(|e| io("copy the memory folder to stage it", e))?;
+    crate::failpoint::reached("dream-mid-staging");
     Ok(Staged {
         dir: staging,
         base,

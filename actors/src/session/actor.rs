@@ -571,6 +571,7 @@ impl SessionState {
             .store
             .save(&self.rec, &messages, false)
             .map_err(Reject::internal)?;
+        crate::dream::actor::activity(&self.rec.workdir, self.rec.id, self.rec.updated_ms);
         Ok(self.begin(run::Mode::Chat, myself))
     }
 
