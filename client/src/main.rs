@@ -12,6 +12,7 @@
 mod chat;
 mod cmd_breaker;
 mod cmd_daemon;
+mod cmd_dream;
 mod cmd_memory;
 mod cmd_plans;
 mod cmd_policy;
@@ -238,6 +239,27 @@ enum Command {
     #[command(name = "memory_path")]
     MemoryPath(cmd_memory::ProjectArg),
 
+    /// Memory consolidation per project: gates, last success, lease, last outcomes
+    #[command(name = "dream_status")]
+    DreamStatus(cmd_dream::StatusArgs),
+
+    /// The newest consolidation runs with their outcomes and per-entry diffs
+    #[command(name = "dream_log")]
+    DreamLog(cmd_dream::LogArgs),
+
+    /// One consolidation run: gates, sessions read, cost, outcome, diff
+    #[command(name = "dream_diff")]
+    DreamDiff(cmd_dream::DiffArgs),
+
+    /// Consolidate a project's memory now (skips the time and session gates);
+    /// --dry-run shows the diff and applies nothing
+    #[command(name = "dream_run")]
+    DreamRun(cmd_dream::RunArgs),
+
+    /// Make the memory before a consolidation run live again, byte for byte
+    #[command(name = "dream_undo")]
+    DreamUndo(cmd_dream::UndoArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -341,6 +363,11 @@ fn run(cli: Cli) -> Result<u8> {
         Command::MemoryForget(args) => cmd_memory::forget(&ctx, args),
         Command::MemoryRestore(args) => cmd_memory::restore(&ctx, args),
         Command::MemoryPath(args) => cmd_memory::path(&ctx, args),
+        Command::DreamStatus(args) => cmd_dream::status(&ctx, args),
+        Command::DreamLog(args) => cmd_dream::log(&ctx, args),
+        Command::DreamDiff(args) => cmd_dream::diff(&ctx, args),
+        Command::DreamRun(args) => cmd_dream::run(&ctx, args),
+        Command::DreamUndo(args) => cmd_dream::undo(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

@@ -28,6 +28,54 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub skills: SkillsSection,
     pub memory: MemorySection,
+    pub dream: DreamSection,
+}
+
+/// `[dream]`: when and how each project's memory is consolidated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DreamSection {
+    pub enabled: bool,
+    #[serde(with = "humantime_serde")]
+    pub check_every: Duration,
+    pub min_hours: u64,
+    pub min_sessions: usize,
+    /// A role (`main`, `fast`) or a `[models.<name>]` profile.
+    pub model: String,
+    pub max_calls: u32,
+    /// USD per run; 0 means no cap.
+    pub max_cost_usd: f64,
+    #[serde(with = "humantime_serde")]
+    pub time_limit: Duration,
+    /// Entries one run may remove: a count (`3`) or a share (`"10%"`).
+    pub max_removed: MaxRemoved,
+    /// Memory versions kept per project.
+    pub keep: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum MaxRemoved {
+    Count(usize),
+    Share(String),
+}
+
+impl Default for DreamSection {
+    fn default() -> Self {
+        let d = flyto_actors::dream::DreamConfig::default();
+        DreamSection {
+            enabled: d.enabled,
+            check_every: d.check_every,
+            min_hours: d.min_hours,
+            min_sessions: d.min_sessions,
+            model: d.model,
+            max_calls: d.max_calls,
+            max_cost_usd: d.max_cost_usd,
+            time_limit: d.time_limit,
+            max_removed: MaxRemoved::Share("10%".into()),
+            keep: d.keep,
+        }
+    }
 }
 
 /// `[memory]`: how much memory goes into each model call.
@@ -277,6 +325,9 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         }
     }
     config
+        .dream_config()
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    config
         .models()
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
@@ -405,6 +456,49 @@ impl Config {
                 stale_days: self.memory.stale_days,
             },
         }
+    }
+
+    pub fn dream_config(&self) -> anyhow::Result<flyto_actors::dream::DreamConfig> {
+        use flyto_actors::dream::LossCap;
+        let d = &self.dream;
+        let max_removed = match &d.max_removed {
+            MaxRemoved::Count(n) => LossCap::Entries(*n),
+            MaxRemoved::Share(s) => {
+                let pct = s
+                    .trim()
+                    .strip_suffix('%')
+                    .and_then(|n| n.trim().parse::<f64>().ok())
+                    .filter(|p| (0.0..=100.0).contains(p));
+                match pct {
+                    Some(p) => LossCap::Percent(p),
+                    None => bail!(
+                        "[dream] max_removed = {s:?} is not a count or a share: write a number of entries (3) or a percentage (\"10%\")"
+                    ),
+                }
+            }
+        };
+        if d.check_every.is_zero() {
+            bail!(
+                "[dream] check_every must be more than 0 (for example \"10m\"); set enabled = false to stop consolidation"
+            );
+        }
+        if d.keep == 0 {
+            bail!(
+                "[dream] keep must be at least 1: the version before each run is what dream_undo restores"
+            );
+        }
+        Ok(flyto_actors::dream::DreamConfig {
+            enabled: d.enabled,
+            check_every: d.check_every,
+            min_hours: d.min_hours,
+            min_sessions: d.min_sessions,
+            model: d.model.clone(),
+            max_calls: d.max_calls,
+            max_cost_usd: d.max_cost_usd,
+            time_limit: d.time_limit,
+            max_removed,
+            keep: d.keep,
+        })
     }
 
     pub fn restart_policy(&self) -> RestartPolicy {

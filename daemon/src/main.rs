@@ -4,6 +4,7 @@
 //! connection; only `server` does.
 
 mod config;
+mod dream_api;
 mod listener;
 mod lock;
 mod memory_api;
@@ -393,6 +394,48 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
+    let dream_spec = {
+        let deps = session_deps.clone();
+        let config = config.dream_config()?;
+        let run_ctx = Arc::new(flyto_actors::dream::run::RunCtx {
+            state_dir: state_dir.clone(),
+            memory: memory.clone(),
+            sessions: deps.store.clone(),
+            llm: deps.llm.clone(),
+            models: Arc::new({
+                let deps = deps.clone();
+                move || deps.models()
+            }),
+            clock: clock.clone(),
+        });
+        let dream_config = Arc::new(RwLock::new(config));
+        (
+            ChildSpec {
+                name: "dream".into(),
+                start: Arc::new({
+                    let dream_config = dream_config.clone();
+                    move |sup| {
+                        let args = flyto_actors::dream::actor::DreamArgs {
+                            ctx: run_ctx.clone(),
+                            config: dream_config.read().map(|c| c.clone()).unwrap_or_default(),
+                        };
+                        Box::pin(async move {
+                            let (r, _) = Actor::spawn_linked(
+                                Some(flyto_actors::dream::DREAM_NAME.into()),
+                                flyto_actors::dream::actor::DreamActor,
+                                args,
+                                sup,
+                            )
+                            .await?;
+                            Ok(r.get_cell())
+                        })
+                    }
+                }),
+            },
+            dream_config,
+        )
+    };
+    let (dream_spec, dream_config) = dream_spec;
     let sessions_spec = {
         let deps = session_deps.clone();
         ChildSpec {
@@ -419,7 +462,13 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![breaker_spec, memory_spec, sessions_spec, scheduler_spec],
+            children: vec![
+                breaker_spec,
+                memory_spec,
+                sessions_spec,
+                dream_spec,
+                scheduler_spec,
+            ],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },
@@ -487,6 +536,20 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             &socket_path,
                             &flyto_actors::tools::sandbox::probe(),
                         );
+                        if let Ok(dc) = new.config.dream_config() {
+                            if let Ok(mut c) = dream_config.write() {
+                                *c = dc.clone();
+                            }
+                            if let Some(cell) =
+                                ractor::registry::where_is(flyto_actors::dream::DREAM_NAME.into())
+                            {
+                                let _ =
+                                    ActorRef::<flyto_actors::dream::actor::DreamMsg>::from(cell)
+                                        .cast(flyto_actors::dream::actor::DreamMsg::Reconfigure(
+                                            dc,
+                                        ));
+                            }
+                        }
                         if let Some(cell) = ractor::registry::where_is(SCHEDULER_NAME.into()) {
                             let _ = ActorRef::<SchedulerMsg>::from(cell)
                                 .cast(SchedulerMsg::Reconfigure(pc));

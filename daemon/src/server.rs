@@ -847,10 +847,13 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         }
         other => match crate::memory_api::handle(&ctx.memory, ctx.clock.now_ms(), &other).await {
             Some(answer) => answer,
-            None => Err(Reject::new(
-                ErrorCode::BadRequest,
-                format!("`{}` is not served here", other.op()),
-            )),
+            None => match crate::dream_api::handle(&ctx.memory.state_dir, &other).await {
+                Some(answer) => answer,
+                None => Err(Reject::new(
+                    ErrorCode::BadRequest,
+                    format!("`{}` is not served here", other.op()),
+                )),
+            },
         },
     };
     match answer {

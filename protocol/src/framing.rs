@@ -344,6 +344,20 @@ mod tests {
             Request::MemoryPath {
                 project: "/w".into(),
             },
+            Request::DreamStatus { project: None },
+            Request::DreamLog {
+                project: Some("/w".into()),
+                limit: 20,
+            },
+            Request::DreamDiff { run: "d1".into() },
+            Request::DreamRun {
+                project: "/w".into(),
+                dry_run: true,
+            },
+            Request::DreamUndo {
+                project: "/w".into(),
+                run: Some("d1".into()),
+            },
         ];
         let memory_entry = MemoryEntryView {
             name: "test-command".into(),
@@ -632,6 +646,9 @@ mod tests {
             Response::MemoryPaths {
                 project: "/p".into(),
                 user: "/u".into(),
+            },
+            Response::Dream {
+                json: "{\"outcome\":\"applied\"}".into(),
             },
         ];
         let mut responses = responses;

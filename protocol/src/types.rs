@@ -168,6 +168,29 @@ pub enum Request {
     MemoryPath {
         project: String,
     },
+    /// Per project (one, or all known): gates, last success, lease.
+    DreamStatus {
+        project: Option<String>,
+    },
+    /// The newest runs, of one project or of all.
+    DreamLog {
+        project: Option<String>,
+        limit: u32,
+    },
+    /// One run's record with its per-entry diff.
+    DreamDiff {
+        run: String,
+    },
+    /// A consolidation now (answers when it ends); `dry_run` applies nothing.
+    DreamRun {
+        project: String,
+        dry_run: bool,
+    },
+    /// Makes the memory before a run (the newest if none) live again.
+    DreamUndo {
+        project: String,
+        run: Option<String>,
+    },
 }
 
 impl Request {
@@ -207,6 +230,11 @@ impl Request {
             Request::MemoryForget { .. } => "memory_forget",
             Request::MemoryRestore { .. } => "memory_restore",
             Request::MemoryPath { .. } => "memory_path",
+            Request::DreamStatus { .. } => "dream_status",
+            Request::DreamLog { .. } => "dream_log",
+            Request::DreamDiff { .. } => "dream_diff",
+            Request::DreamRun { .. } => "dream_run",
+            Request::DreamUndo { .. } => "dream_undo",
         }
     }
 }
@@ -333,6 +361,11 @@ pub enum Response {
     MemoryPaths {
         project: String,
         user: String,
+    },
+    /// The `dream_*` answers: a JSON document (statuses, run records, the
+    /// restored version), free-form as the records grow.
+    Dream {
+        json: String,
     },
 }
 

@@ -114,7 +114,8 @@ impl Shared {
         self.dir.read_file(&format!("{name}.md")).ok()
     }
 
-    /// For a change to a user's entry: the citation, or why not.
+    /// For a change to a user's entry: checks and records the citation
+    /// given (a citation that does not check out is refused at once).
     fn guard_user(&self, name: &str, statement: Option<&Statement>) -> Result<(), String> {
         let Some(e) = self.current(name) else {
             return Ok(());
@@ -122,10 +123,10 @@ impl Shared {
         if e.meta.source != "user" {
             return Ok(());
         }
+        // Uncited, the change is made in the copy and the validation
+        // refuses the whole result: the prompt told the model the rule.
         let Some(s) = statement else {
-            return Err(format!(
-                "`{name}` was written by the user: change or forget it only for a newer statement of theirs, given as user_statement {{session, quote}}"
-            ));
+            return Ok(());
         };
         let c = self.cite(name, e.updated_ms, s)?;
         if let Ok(mut all) = self.citations.lock() {
