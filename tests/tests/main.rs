@@ -4,6 +4,7 @@
 mod bad_input;
 mod cli;
 mod compaction;
+mod dream;
 mod durability;
 mod guards;
 mod lifecycle;
