@@ -34,6 +34,20 @@ fn memory_dir(env: &TestEnv, dir: &Path) -> PathBuf {
     p
 }
 
+/// flytod with `[dream]` set to `dream`, and the memory folder of a
+/// project `proj`: (env, daemon, its dir, the dir as text, the folder).
+fn project(
+    fake: &FakeLlm,
+    dream: &str,
+) -> (TestEnv, flyto_tests::Daemon, PathBuf, String, PathBuf) {
+    let env = env_with(fake, dream);
+    let daemon = start(&env);
+    let dir = workdir(&env, "proj");
+    let folder = memory_dir(&env, &dir);
+    let wd = dir.display().to_string();
+    (env, daemon, dir, wd, folder)
+}
+
 fn entry(name: &str, source: &str, body: &str) -> String {
     format!(
         "---\nname: {name}\ndescription: about {name}\ntype: project\ncreated: 2026-01-01T00:00:00Z\nupdated: 2026-01-01T00:00:00Z\nsource: {source}\nversion: 1\n---\n{body}\n"
@@ -114,11 +128,7 @@ fn names(v: &Value) -> Vec<String> {
 #[test]
 fn a_dry_run_shows_the_diff_a_real_run_applies_and_undo_restores_every_byte() {
     let fake = FakeLlm::start(small_dream());
-    let env = env_with(&fake, "");
-    let _daemon = start(&env);
-    let dir = workdir(&env, "proj");
-    let wd = dir.display().to_string();
-    let folder = memory_dir(&env, &dir);
+    let (env, _daemon, _dir, wd, folder) = project(&fake, "");
     seed(&folder, 10);
     let before = files(&folder);
 
@@ -199,11 +209,7 @@ fn a_dreamer_that_removes_23_of_30_entries_is_rejected_whole() {
         ),
         Reply::text("Pruned."),
     ]);
-    let env = env_with(&fake, "");
-    let _daemon = start(&env);
-    let dir = workdir(&env, "proj");
-    let wd = dir.display().to_string();
-    let folder = memory_dir(&env, &dir);
+    let (env, _daemon, _dir, wd, folder) = project(&fake, "");
     seed(&folder, 30);
     let before = files(&folder);
     let (code, run) = dream(&env, &["dream_run", "--project", &wd]);
@@ -232,11 +238,7 @@ fn a_user_entry_changes_only_for_a_newer_statement_the_transcript_holds() {
         ]
     };
     let fake = FakeLlm::start(rewrite(None));
-    let env = env_with(&fake, "");
-    let _daemon = start(&env);
-    let dir = workdir(&env, "proj");
-    let wd = dir.display().to_string();
-    let folder = memory_dir(&env, &dir);
+    let (env, _daemon, dir, wd, folder) = project(&fake, "");
     seed(&folder, 5);
     std::fs::write(
         folder.join("indent.md"),
@@ -289,11 +291,7 @@ fn a_hand_edit_during_a_run_is_kept_and_a_clash_applies_nothing() {
         )
     };
     let fake = FakeLlm::start(vec![write_e0(), slow()]);
-    let env = env_with(&fake, "");
-    let _daemon = start(&env);
-    let dir = workdir(&env, "proj");
-    let wd = dir.display().to_string();
-    let folder = memory_dir(&env, &dir);
+    let (env, _daemon, _dir, wd, folder) = project(&fake, "");
     seed(&folder, 10);
     let run_in_background = || {
         env.command(&flyto_tests::bin("flytoctl"))
@@ -353,11 +351,7 @@ fn a_hand_edit_during_a_run_is_kept_and_a_clash_applies_nothing() {
 #[test]
 fn fifty_concurrent_runs_of_one_project_start_exactly_one() {
     let fake = FakeLlm::start(vec![Reply::hang()]);
-    let env = env_with(&fake, "time_limit = \"3s\"");
-    let _daemon = start(&env);
-    let dir = workdir(&env, "proj");
-    let wd = dir.display().to_string();
-    let folder = memory_dir(&env, &dir);
+    let (env, _daemon, dir, wd, folder) = project(&fake, "time_limit = \"3s\"");
     seed(&folder, 3);
     let outs: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..50)
