@@ -351,7 +351,7 @@ fn a_hand_edit_during_a_run_is_kept_and_a_clash_applies_nothing() {
 #[test]
 fn fifty_concurrent_runs_of_one_project_start_exactly_one() {
     let fake = FakeLlm::start(vec![Reply::hang()]);
-    let (env, _daemon, dir, wd, folder) = project(&fake, "time_limit = \"3s\"");
+    let (env, _daemon, _dir, wd, folder) = project(&fake, "time_limit = \"3s\"");
     seed(&folder, 3);
     let outs: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..50)
