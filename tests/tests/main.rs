@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod compaction;
 mod durability;
+mod extraction;
 mod guards;
 mod lifecycle;
 mod memory;
