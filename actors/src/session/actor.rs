@@ -381,15 +381,20 @@ impl SessionState {
     /// After a run: once `[memory] extract_every` turns passed since the
     /// last extraction, either the agent saved memory itself in them (the
     /// count starts again) or a background extraction over them starts.
-    /// The count is the user turns stored from `extract_from_idx` on, and
-    /// that mark moves past the turns before the extraction starts, so a
-    /// restart neither loses the count nor extracts a turn twice (an
-    /// extraction cut by a crash is not redone).
+    /// The count (`extract_turns`, bumped with each user message stored)
+    /// and the turns' first message (`extract_from_idx`) are in the
+    /// record, and both move on before the extraction starts, so a restart
+    /// neither loses the count nor extracts a turn twice (an extraction
+    /// cut by a crash or a shutdown is not redone).
     fn maybe_extract(&mut self, myself: &ActorRef<SessionMsg>) {
         let every = u64::from(self.deps.config().extract_every);
         // One per session at a time: until it ends the turns keep counting
         // and the next run's end starts one over all of them.
         if every == 0 || self.extraction.is_some() || self.draining.is_some() {
+            return;
+        }
+        let turns = self.rec.extract_turns;
+        if turns < every {
             return;
         }
         let id = format_id(self.rec.id);
@@ -401,15 +406,9 @@ impl SessionState {
                 return;
             }
         };
-        let turns = messages
-            .iter()
-            .filter(|m| crate::compaction::window::is_user_turn(m))
-            .count() as u64;
-        if turns < every {
-            return;
-        }
         let to = self.rec.next_idx;
         self.rec.extract_from_idx = to;
+        self.rec.extract_turns = 0;
         if let Err(e) = self.deps.store.save(&self.rec, &[], false) {
             tracing::warn!(session = %id, "cannot record the memory extraction mark: {e}");
             return;
@@ -717,6 +716,8 @@ impl SessionState {
             vec![Message::user_text(text)]
         };
         self.rec.next_idx += messages.len() as u64;
+        // A turn for memory extraction (see `maybe_extract`).
+        self.rec.extract_turns += 1;
         super::context::count_appended(&mut self.rec, &messages);
         self.deps
             .store

@@ -424,6 +424,7 @@ impl ManagerState {
             context: Default::default(),
             sandbox,
             extract_from_idx: 0,
+            extract_turns: 0,
         };
         self.deps
             .store

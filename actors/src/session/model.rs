@@ -59,6 +59,8 @@ pub struct SessionRecord {
     /// agent wrote memory itself. Persisted, so a restart neither loses
     /// the count nor extracts a turn twice.
     pub extract_from_idx: u64,
+    /// Turns (a user message and the run it starts) since then.
+    pub extract_turns: u64,
 }
 
 /// One background memory extraction over a session's turns, as stored
@@ -147,6 +149,7 @@ impl From<SessionRecordV3> for SessionRecord {
             context: v3.context,
             sandbox: v3.sandbox,
             extract_from_idx: v3.next_idx,
+            extract_turns: 0,
         }
     }
 }
@@ -204,6 +207,7 @@ impl From<SessionRecordV2> for SessionRecord {
             context: v2.context,
             sandbox: SessionSandbox::default(),
             extract_from_idx: v2.next_idx,
+            extract_turns: 0,
         }
     }
 }
@@ -250,6 +254,7 @@ impl From<SessionRecordV1> for SessionRecord {
             context: ContextState::default(),
             sandbox: SessionSandbox::default(),
             extract_from_idx: v1.next_idx,
+            extract_turns: 0,
         }
     }
 }
@@ -371,6 +376,7 @@ mod tests {
             context,
             sandbox: Default::default(),
             extract_from_idx: 0,
+            extract_turns: 0,
         }
     }
 

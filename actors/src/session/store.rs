@@ -304,6 +304,7 @@ mod tests {
             context: Default::default(),
             sandbox: Default::default(),
             extract_from_idx: 0,
+            extract_turns: 0,
         }
     }
 
@@ -342,7 +343,7 @@ mod tests {
         assert_eq!(got.name.as_deref(), Some("old"));
         assert_eq!((got.context_base_idx, got.runs), (3, 6));
         assert_eq!((got.usage.input_tokens, got.cost_usd), (70, 0.5));
-        assert_eq!(got.extract_from_idx, 12);
+        assert_eq!((got.extract_from_idx, got.extract_turns), (12, 0));
     }
 
     #[test]
