@@ -271,11 +271,11 @@ fn two_sessions_of_one_project_never_extract_at_once() {
 }
 
 #[test]
-fn extract_every_zero_turns_extraction_off() {
+fn extract_every_zero_turns_extraction_off_and_a_reload_turns_it_on() {
     let script: Vec<Reply> = (0..6)
         .map(|i| Reply::text(&format!("answer {i}")))
         .collect();
-    let (fake, env, _daemon) = setup_with("[memory]\nextract_every = 0\n", script);
+    let (fake, env, daemon) = setup_with("[memory]\nextract_every = 0\n", script);
     let dir = workdir(&env, "proj");
     let id = new_session(&env, &dir);
     for i in 0..6 {
@@ -286,5 +286,21 @@ fn extract_every_zero_turns_extraction_off() {
     assert_eq!(requests.len(), 6);
     assert!(requests.iter().all(|b| !is_extraction(b)));
     assert!(extractions(&env, &id).1.is_empty());
+
+    // SIGHUP applies a new `extract_every`; the turns kept counting.
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    env.write_config(&config.replace("extract_every = 0", "extract_every = 7"));
+    daemon.signal(libc::SIGHUP);
+    wait_until("the config to be reloaded", DEADLINE, || {
+        daemon.log().contains("config reloaded").then_some(())
+    });
+    fake.push(vec![
+        Reply::text("answer 6"),
+        Reply::text("nothing to save"),
+    ]);
+    send(&env, &id, "turn 6");
+    let (_, xs) = wait_extractions(&env, &id, 1);
+    assert_eq!(xs[0].turns, 7);
+    assert!(is_extraction(&fake.requests()[7]));
     fake.assert_protocol_ok();
 }
