@@ -115,6 +115,15 @@ pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     Ok(exit::SUCCESS)
 }
 
+/// Who wrote an entry: `s3`, `user`, or `extracted from s3`.
+fn origin(e: &MemoryEntryView) -> String {
+    if e.session.is_empty() {
+        e.source.clone()
+    } else {
+        format!("{} from {}", e.source, e.session)
+    }
+}
+
 pub fn show(ctx: &Ctx, args: NameArgs) -> Result<u8> {
     let project = args.project.dir()?;
     let (entry, body) = match ctx.request(&Request::MemoryShow {
@@ -133,7 +142,7 @@ pub fn show(ctx: &Ctx, args: NameArgs) -> Result<u8> {
         entry.description,
         age(now, entry.updated_ms),
         entry.version,
-        entry.source,
+        origin(&entry),
         entry.path
     ))?;
     Ok(exit::SUCCESS)

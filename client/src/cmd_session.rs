@@ -482,6 +482,7 @@ pub fn attach(ctx: &Ctx, args: AttachArgs) -> Result<u8> {
             session,
             messages,
             summary,
+            ..
         } => (session, messages, summary),
         Response::Error { code, message } => {
             return Err(ClientError::Remote { code, message }.into());
@@ -636,19 +637,22 @@ pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
 
 pub fn history(ctx: &Ctx, args: HistoryArgs) -> Result<u8> {
     let id = resolve(ctx, &args.id)?;
-    let (session, messages, summary) = match ctx.request(&Request::SessionHistory { id })? {
-        Response::History {
-            session,
-            messages,
-            summary,
-        } => (session, messages, summary),
-        other => return Err(unexpected("session_history", &other)),
-    };
+    let (session, messages, summary, extractions) =
+        match ctx.request(&Request::SessionHistory { id })? {
+            Response::History {
+                session,
+                messages,
+                summary,
+                extractions,
+            } => (session, messages, summary, extractions),
+            other => return Err(unexpected("session_history", &other)),
+        };
     if args.json {
         let json = serde_json::to_string_pretty(&serde_json::json!({
             "session": session,
             "messages": messages,
             "summary": summary,
+            "extractions": extractions,
         }))
         .context("cannot encode the history as JSON")?;
         output::stdout(&format!("{json}\n"))?;
@@ -656,6 +660,11 @@ pub fn history(ctx: &Ctx, args: HistoryArgs) -> Result<u8> {
     }
     let mode = history_mode(args.reasoning);
     let mut out = session_render::header(&session, now_ms(), mode.style);
+    out.push_str(&session_render::extractions(
+        &extractions,
+        now_ms(),
+        mode.style,
+    ));
     if !messages.is_empty() {
         out.push('\n');
         out.push_str(&session_render::messages(

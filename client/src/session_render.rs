@@ -12,7 +12,7 @@ use crate::context_render::{context_line, summary_block};
 use crate::format::{age, cost, count, duration, tokens};
 use crate::style::{Style, Tone, session_tone};
 use crate::table::{Cell, Table};
-use flyto_protocol::{BlockView, MessageView, SessionEvent, SessionView};
+use flyto_protocol::{BlockView, ExtractionView, MessageView, SessionEvent, SessionView};
 
 /// Lines of a tool result shown by the history.
 pub const RESULT_LINES: usize = 20;
@@ -464,6 +464,50 @@ pub fn truncate(text: &str, max: usize) -> String {
 /// `session s3 "work" idle · model main · 12 messages · 1.2k in / 340 out ·
 /// $0.0123 · updated 5m ago`, then the workdir, the error, the context
 /// budget and the window.
+/// One line per background memory extraction: when, over which messages,
+/// what it cost and what it saved.
+pub fn extractions(xs: &[ExtractionView], now_ms: u64, style: Style) -> String {
+    let mut out = String::new();
+    for x in xs {
+        let mut parts = vec![
+            format!(
+                "messages [{}]..[{}]",
+                x.from_idx,
+                x.to_idx.saturating_sub(1)
+            ),
+            format!(
+                "{} model call{}",
+                x.model_calls,
+                if x.model_calls == 1 { "" } else { "s" }
+            ),
+            format!(
+                "{} in / {} out",
+                tokens(x.input_tokens),
+                tokens(x.output_tokens)
+            ),
+            cost(x.cost_usd),
+        ];
+        parts.push(if x.saved.is_empty() {
+            "saved nothing".to_string()
+        } else {
+            format!("saved {}", x.saved.join(", "))
+        });
+        if !x.forgot.is_empty() {
+            parts.push(format!("forgot {}", x.forgot.join(", ")));
+        }
+        if x.outcome != "done" {
+            parts.push(one_line(&x.outcome));
+        }
+        out.push_str(&format!(
+            "{} {} · {}\n",
+            style.paint("memory extraction", Tone::Dim),
+            age(now_ms, x.at_ms),
+            parts.join(" · ")
+        ));
+    }
+    out
+}
+
 pub fn header(s: &SessionView, now_ms: u64, style: Style) -> String {
     let mut first = format!("session {}", style.paint(&s.id, Tone::Bold));
     if let Some(name) = &s.name {

@@ -795,6 +795,20 @@ fn sessions_new_list_history_cancel_and_names() {
                     },
                 ],
                 summary: None,
+                extractions: vec![flyto_protocol::ExtractionView {
+                    at_ms: 0,
+                    from_idx: 0,
+                    to_idx: 10,
+                    turns: 5,
+                    model: "fake".into(),
+                    model_calls: 2,
+                    input_tokens: 1500,
+                    output_tokens: 40,
+                    cost_usd: 0.0125,
+                    saved: vec!["test-command".into()],
+                    forgot: vec![],
+                    outcome: "done".into(),
+                }],
             }])
         }
         other => panic!("unexpected {other:?}"),
@@ -829,6 +843,13 @@ fn sessions_new_list_history_cancel_and_names() {
         stdout.ends_with("\n[0] user: (outside the model's window)\nhi\n\n[1] assistant:\nhello\n"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("\nmemory extraction ")
+            && stdout.contains(
+                " · messages [0]..[9] · 2 model calls · 1.5k in / 40 out · $0.0125 · saved test-command\n"
+            ),
+        "{stdout}"
+    );
     let out = flytoctl(&fake, &["session_history", "s7", "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["messages"][1]["blocks"][0]["text"]["text"], "hello");
@@ -850,6 +871,7 @@ fn attach_prints_the_snapshot_then_follows() {
                     created_ms: 0,
                 }],
                 summary: None,
+                extractions: vec![],
             }];
             frames.extend(run_frames("Done.", done()));
             reply(frames)
@@ -1228,6 +1250,7 @@ fn history_shows_the_context_budget_and_the_summary() {
                     said(2, "user", "go on"),
                 ],
                 summary: Some("Goal: edit /srv/proj/a.rs\nConstraints: none".into()),
+                extractions: vec![],
             }])
         }
         Request::Stats {} => reply(vec![Response::Stats {

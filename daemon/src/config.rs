@@ -88,6 +88,9 @@ pub struct MemorySection {
     pub token_budget: u64,
     /// Past this many days an injected entry says to verify it.
     pub stale_days: u64,
+    /// A background extraction after this many turns of a session in
+    /// which the agent saved nothing itself; 0 turns it off.
+    pub extract_every: u32,
     /// `[memory.types.NAME]`: entry types besides the four built in.
     pub types: BTreeMap<String, MemoryType>,
 }
@@ -109,6 +112,7 @@ impl Default for MemorySection {
             inject: d.inject,
             token_budget: d.token_budget,
             stale_days: d.stale_days,
+            extract_every: 5,
             types: BTreeMap::new(),
         }
     }
@@ -455,6 +459,7 @@ impl Config {
                 token_budget: self.memory.token_budget,
                 stale_days: self.memory.stale_days,
             },
+            extract_every: self.memory.extract_every,
         }
     }
 
@@ -596,8 +601,9 @@ mod tests {
             .unwrap()
             .session_config(Path::new("/s"));
         assert_eq!(d.memory, InjectConfig::default());
+        assert_eq!(d.extract_every, 5);
         let c = parse(
-            "[memory]\ninject = 2\ntoken_budget = 300\nstale_days = 30\n",
+            "[memory]\ninject = 2\ntoken_budget = 300\nstale_days = 30\nextract_every = 0\n",
             Path::new("c.toml"),
         )
         .unwrap()
@@ -610,6 +616,7 @@ mod tests {
                 stale_days: 30
             }
         );
+        assert_eq!(c.extract_every, 0);
         let err = parse("[memory]\ninjects = 2\n", Path::new("c.toml"))
             .unwrap_err()
             .to_string();

@@ -351,6 +351,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         sockets: plan_sockets.clone(),
         skills: skills.clone(),
         memory: memory.clone(),
+        extractions: Default::default(),
     });
     let breaker_spec = {
         let store = store.clone();

@@ -27,6 +27,7 @@ fn entry_view(scope: &str, path: &Path, e: &flyto_actors::memory::Entry) -> Memo
         updated_ms: e.updated_ms,
         source: e.meta.source.clone(),
         version: e.meta.version,
+        session: e.meta.session.clone().unwrap_or_default(),
     }
 }
 

@@ -617,6 +617,7 @@ async fn session_attach(
                 session,
                 messages,
                 summary: None,
+                extractions: Vec::new(),
             })
             .await?;
             forward_events(id, sub, false, sink).await
@@ -766,11 +767,14 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         Request::SessionHistory { id } => {
             session_call(ctx, |reply| ManagerMsg::History { id, reply })
                 .await
-                .map(|(session, messages, summary)| Response::History {
-                    session,
-                    messages,
-                    summary,
-                })
+                .map(
+                    |(session, messages, summary, extractions)| Response::History {
+                        session,
+                        messages,
+                        summary,
+                        extractions,
+                    },
+                )
         }
         Request::SessionReset { id, soft } => {
             session_request(ctx, &id, |reply| SessionMsg::Reset { soft, reply }).await

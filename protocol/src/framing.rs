@@ -367,8 +367,9 @@ mod tests {
             path: "/s/test-command.md".into(),
             created_ms: 1,
             updated_ms: 2,
-            source: "s1".into(),
+            source: "extracted".into(),
             version: 3,
+            session: "s1".into(),
         };
         let skill = SkillView {
             name: "flyto-plans".into(),
@@ -569,6 +570,20 @@ mod tests {
                     created_ms: 7,
                 }],
                 summary: Some("s".into()),
+                extractions: vec![ExtractionView {
+                    at_ms: 8,
+                    from_idx: 0,
+                    to_idx: 10,
+                    turns: 5,
+                    model: "fast".into(),
+                    model_calls: 2,
+                    input_tokens: 3,
+                    output_tokens: 4,
+                    cost_usd: 0.5,
+                    saved: vec!["test-command".into()],
+                    forgot: vec![],
+                    outcome: "done".into(),
+                }],
             },
             Response::SessionDeleted { id: "s1".into() },
             Response::ApprovalAnswered {

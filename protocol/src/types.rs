@@ -289,6 +289,8 @@ pub enum Response {
         messages: Vec<MessageView>,
         /// The summary the model sees in place of the compacted messages.
         summary: Option<String>,
+        /// The background memory extractions over its turns, oldest first.
+        extractions: Vec<ExtractionView>,
     },
     Breakers {
         breakers: Vec<BreakerView>,
@@ -615,6 +617,30 @@ pub struct BrokenSkillView {
     pub reason: String,
 }
 
+/// One background memory extraction over a session's turns: its cost is
+/// part of the session's totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractionView {
+    /// When it ended, ms since the epoch.
+    pub at_ms: u64,
+    /// The messages it read: `from_idx..to_idx`.
+    pub from_idx: u64,
+    pub to_idx: u64,
+    pub turns: u64,
+    /// The model profile it used (the `fast` role's).
+    pub model: String,
+    pub model_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// Entries it wrote (created or replaced).
+    pub saved: Vec<String>,
+    /// Entries it forgot.
+    pub forgot: Vec<String>,
+    /// `done`, or how it stopped.
+    pub outcome: String,
+}
+
 /// One memory entry, without its body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryEntryView {
@@ -627,9 +653,11 @@ pub struct MemoryEntryView {
     pub path: String,
     pub created_ms: u64,
     pub updated_ms: u64,
-    /// A session id, or `user`.
+    /// A session id, `user`, or `extracted`.
     pub source: String,
     pub version: u32,
+    /// The session an extracted entry was learned from; empty otherwise.
+    pub session: String,
 }
 
 /// A file in a memory folder that could not be read as an entry.

@@ -62,6 +62,11 @@ enum Kind {
         body: String,
     },
     Hang,
+    /// The inner reply, sent once the test released `gate`.
+    Held {
+        gate: String,
+        reply: Box<Reply>,
+    },
 }
 
 fn chunk(delta: Value) -> String {
@@ -213,6 +218,17 @@ impl Reply {
         }
     }
 
+    /// This reply, held until [`FakeLlm::release`] opens `gate`: the
+    /// request stays in flight (its client waits) until then.
+    pub fn held(self, gate: &str) -> Reply {
+        Reply {
+            kind: Kind::Held {
+                gate: gate.into(),
+                reply: Box::new(self),
+            },
+        }
+    }
+
     /// Sets the usage the reply reports (prompt and completion tokens).
     pub fn usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Reply {
         if let Kind::Sse { usage, .. } = &mut self.kind {
@@ -255,6 +271,8 @@ struct State {
     script: VecDeque<Reply>,
     seen: Vec<Seen>,
     violations: Vec<String>,
+    /// Gates of [`Reply::held`] the test opened.
+    released: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -310,6 +328,12 @@ impl FakeLlm {
     /// Adds replies to the end of the script.
     pub fn push(&self, replies: Vec<Reply>) {
         self.shared.lock().script.extend(replies);
+        self.shared.changed.notify_all();
+    }
+
+    /// Lets the replies held at `gate` go (now, or as soon as they come).
+    pub fn release(&self, gate: &str) {
+        self.shared.lock().released.insert(gate.into());
         self.shared.changed.notify_all();
     }
 
@@ -535,6 +559,23 @@ fn play(conn: &mut TcpStream, reply: &Reply, shared: &Shared) -> Outcome {
             Some(outcome) => outcome,
             None => Outcome::Stopped,
         },
+        Kind::Held { gate, reply } => {
+            let deadline = Instant::now() + MAX_HANG;
+            let mut state = shared.lock();
+            while !state.released.contains(gate) {
+                let now = Instant::now();
+                if shared.stop.load(Ordering::SeqCst) || now >= deadline {
+                    return Outcome::Stopped;
+                }
+                state = shared
+                    .changed
+                    .wait_timeout(state, (deadline - now).min(Duration::from_millis(200)))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            drop(state);
+            play(conn, reply, shared)
+        }
         Kind::Sse {
             events,
             finish,

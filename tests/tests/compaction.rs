@@ -15,10 +15,12 @@ use serde_json::Value;
 /// warning at 7,700, compaction at 8,800; input at 1 USD per million
 /// tokens. Summaries go to a second server (`fast`, input at 2 USD per
 /// million) that fails at once (no retries) when told to. `extra` is
-/// added to the config (e.g. a `[sessions]` section).
+/// added to the config (e.g. a `[sessions]` section). Memory extraction,
+/// the other user of the `fast` role, is off: the fast server's script is
+/// the summaries'.
 fn config(main: &FakeLlm, fast: &FakeLlm, fast_window: u32, extra: &str) -> String {
     format!(
-        "{BASE}{extra}\n[models.main]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"main-model\"\ncontext_window = 12000\nmax_output = 1000\ninput_price = 1.0\n\n\
+        "{BASE}{extra}\n[memory]\nextract_every = 0\n\n[models.main]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"main-model\"\ncontext_window = 12000\nmax_output = 1000\ninput_price = 1.0\n\n\
 [models.big]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"big-model\"\ncontext_window = 200000\nmax_output = 1000\n\n\
 [models.summ]\napi = \"openai\"\nbase_url = \"{}\"\nmodel = \"summ-model\"\ncontext_window = {fast_window}\nmax_output = 500\ninput_price = 2.0\n\n\
 [models.summ.retry]\nmax_attempts = 1\n\n[roles]\nmain = \"main\"\nfast = \"summ\"\n",

@@ -6,6 +6,7 @@ mod cli;
 mod compaction;
 mod dream;
 mod durability;
+mod extraction;
 mod guards;
 mod lifecycle;
 mod memory;

@@ -35,7 +35,7 @@ fn write_args(name: &str, body: &str) -> String {
 }
 
 /// `flytoctl memory_path`'s project folder.
-fn project_dir(env: &TestEnv, dir: &Path) -> PathBuf {
+pub(crate) fn project_dir(env: &TestEnv, dir: &Path) -> PathBuf {
     let out = env.ctl(&["memory_path", "--project", &dir.display().to_string()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let line = out

@@ -359,6 +359,7 @@ mod tests {
             description: format!("about {name}"),
             body: "body".into(),
             source: "s-1".into(),
+            session: None,
         }
     }
 

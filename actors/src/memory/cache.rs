@@ -210,6 +210,7 @@ mod tests {
             description: description.into(),
             body: "body".into(),
             source: "s-1".into(),
+            session: None,
         }
     }
 

@@ -139,8 +139,27 @@ pub struct Meta {
     pub kind: Kind,
     pub created: String,
     pub updated: String,
+    /// Who wrote it: a session id, `user`, or `extracted` (the background
+    /// extraction, whose session is [`Meta::session`]).
     pub source: String,
     pub version: u32,
+    /// The session an extracted entry was learned from. Absent in older
+    /// and hand-written files, which read and render as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// `source` of the entries the background extraction writes.
+pub const SOURCE_EXTRACTED: &str = "extracted";
+
+impl Meta {
+    /// Who wrote it, for people: `s3`, or `extracted from s3`.
+    pub fn origin(&self) -> String {
+        match &self.session {
+            Some(s) => format!("{} from {s}", self.source),
+            None => self.source.clone(),
+        }
+    }
 }
 
 /// A parsed, valid entry.
@@ -334,6 +353,7 @@ mod tests {
             updated: rfc3339(1_700_000_100_000),
             source: "s-1".into(),
             version: 1,
+            session: None,
         }
     }
 
@@ -349,6 +369,24 @@ mod tests {
         // CRLF and a BOM from a hand edit read the same.
         let crlf = format!("\u{feff}{}", text.replace('\n', "\r\n"));
         assert_eq!(parse("x", "test-cmd", &crlf).unwrap().meta, m);
+    }
+
+    #[test]
+    fn an_extracted_entry_names_its_session_and_older_files_read_as_before() {
+        let plain = render(&meta("a"), "body");
+        assert!(!plain.contains("session"), "{plain}");
+        let mut m = meta("a");
+        m.source = SOURCE_EXTRACTED.into();
+        m.session = Some("s7".into());
+        let text = render(&m, "body");
+        assert!(
+            text.contains("\nsource: extracted\n") && text.contains("\nsession: s7\n"),
+            "{text}"
+        );
+        let e = parse("a.md", "a", &text).unwrap();
+        assert_eq!(e.meta, m);
+        assert_eq!(e.meta.origin(), "extracted from s7");
+        assert_eq!(parse("a.md", "a", &plain).unwrap().meta.session, None);
     }
 
     #[test]

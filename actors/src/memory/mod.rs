@@ -19,6 +19,7 @@
 pub mod actor;
 pub mod cache;
 pub mod entry;
+pub mod extract;
 pub mod prompt;
 pub mod search;
 pub mod store;

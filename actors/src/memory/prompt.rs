@@ -235,6 +235,7 @@ mod tests {
                     updated: String::new(),
                     source: "s".into(),
                     version: 1,
+                    session: None,
                 },
                 body: body.into(),
                 created_ms: NOW - days_old * DAY_MS,

@@ -41,8 +41,10 @@ pub struct WriteReq {
     pub kind: Kind,
     pub description: String,
     pub body: String,
-    /// Session id, or `user`.
+    /// Session id, `user`, or `extracted`.
     pub source: String,
+    /// The session an extracted entry was learned from.
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,8 +151,14 @@ impl ScopeDir {
         let now = self.clock.now_ms();
         let mut out = String::new();
         for e in entries {
+            // Only extracted entries say where they came from, so the
+            // lines of every other entry stay as they were.
+            let origin = match &e.meta.session {
+                Some(s) => format!(", {} from {s}", e.meta.source),
+                None => String::new(),
+            };
             out.push_str(&format!(
-                "- [{n}]({n}.md) ({}, updated {}) — {}\n",
+                "- [{n}]({n}.md) ({}{origin}, updated {}) — {}\n",
                 e.meta.kind.as_str(),
                 age(now, e.updated_ms),
                 e.meta.description,
@@ -234,6 +242,7 @@ impl ScopeDir {
             updated: entry::rfc3339(now),
             source: req.source.clone(),
             version: old.map_or(1, |e| e.meta.version.saturating_add(1)),
+            session: req.session.clone(),
         };
         let text = entry::render(&meta, &req.body);
         if let Some(found) = secrets::scan(&text) {
@@ -402,6 +411,7 @@ mod tests {
             description: format!("about {name}"),
             body: body.into(),
             source: "s-1".into(),
+            session: None,
         }
     }
 

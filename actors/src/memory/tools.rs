@@ -14,7 +14,25 @@ const SEARCH_LIMIT: usize = 10;
 
 /// The four memory tools over `memory`.
 pub fn all(memory: Memory, clock: Arc<dyn Clock>) -> Vec<Arc<dyn Tool>> {
-    let shared = Arc::new(Shared { memory, clock });
+    with_origin(memory, clock, None)
+}
+
+/// The four memory tools of a background extraction over the turns of
+/// `session`: what they write says `source: extracted` and that session.
+pub fn extracting(memory: Memory, clock: Arc<dyn Clock>, session: String) -> Vec<Arc<dyn Tool>> {
+    with_origin(memory, clock, Some(session))
+}
+
+fn with_origin(
+    memory: Memory,
+    clock: Arc<dyn Clock>,
+    extracted_from: Option<String>,
+) -> Vec<Arc<dyn Tool>> {
+    let shared = Arc::new(Shared {
+        memory,
+        clock,
+        extracted_from,
+    });
     vec![
         Arc::new(Search(shared.clone())),
         Arc::new(Read(shared.clone())),
@@ -26,14 +44,24 @@ pub fn all(memory: Memory, clock: Arc<dyn Clock>) -> Vec<Arc<dyn Tool>> {
 struct Shared {
     memory: Memory,
     clock: Arc<dyn Clock>,
+    /// Set for an extraction's tools: the session it reads.
+    extracted_from: Option<String>,
 }
 
-/// Who made a change: the session whose tool made it.
-fn source(ctx: &ToolContext) -> String {
-    ctx.env
-        .iter()
-        .find(|(k, _)| k == "FLYTO_SESSION_ID")
-        .map_or_else(|| "unknown".to_string(), |(_, v)| v.clone())
+impl Shared {
+    /// Who made a change: the session whose tool made it, or the
+    /// extraction (and the session it learned from).
+    fn source(&self, ctx: &ToolContext) -> (String, Option<String>) {
+        if let Some(s) = &self.extracted_from {
+            return (super::entry::SOURCE_EXTRACTED.into(), Some(s.clone()));
+        }
+        let id = ctx
+            .env
+            .iter()
+            .find(|(k, _)| k == "FLYTO_SESSION_ID")
+            .map_or_else(|| "unknown".to_string(), |(_, v)| v.clone());
+        (id, None)
+    }
 }
 
 fn answer<T>(r: Result<T, super::MemoryError>, ok: impl FnOnce(T) -> String) -> ToolOutput {
@@ -226,12 +254,14 @@ impl Tool for Write {
                     crate::memory::entry::type_names().join(", ")
                 ));
             };
+            let (source, session) = self.0.source(ctx);
             let req = WriteReq {
                 name: args.name.clone(),
                 kind,
                 description: args.description,
                 body: args.body,
-                source: source(ctx),
+                source,
+                session,
             };
             let written = self.0.memory.write(&ctx.workdir, req).await;
             answer(written, |w| {
@@ -287,10 +317,15 @@ impl Tool for Forget {
                 Ok(a) => a,
                 Err(out) => return out,
             };
+            let (source, session) = self.0.source(ctx);
+            let who = match session {
+                Some(s) => format!("{source} from {s}"),
+                None => source,
+            };
             let gone = self
                 .0
                 .memory
-                .forget(&ctx.workdir, &args.name, &args.reason, &source(ctx))
+                .forget(&ctx.workdir, &args.name, &args.reason, &who)
                 .await;
             answer(gone, |_| {
                 format!(

@@ -4,7 +4,7 @@
 
 use super::SessionDeps;
 use super::approval::{Approvals, ApproverGuard};
-use super::model::{SessionRecord, SessionStatus, format_id, message_view};
+use super::model::{ExtractionRecord, SessionRecord, SessionStatus, format_id, message_view};
 use super::run::{self, Emitter};
 use crate::llm::{Block, Message, Role};
 use crate::plans::Reject;
@@ -78,6 +78,8 @@ pub enum SessionMsg {
         reply: RpcReplyPort<Result<Subscription, Reject>>,
     },
     RunFinished(Box<run::Finished>),
+    /// The background memory extraction this session started has ended.
+    ExtractionFinished(Box<ExtractionRecord>),
     IdleCheck,
     /// Shutdown: no new runs; a running one gets `grace`, then is
     /// cancelled. Answers once no run is left.
@@ -113,6 +115,12 @@ pub struct SessionState {
     /// A `Send` that came after the run's end event but before the run
     /// task reported back: started as soon as it has.
     deferred: Option<Deferred>,
+    /// The background memory extraction of this session's turns, while it
+    /// waits or runs (at most one per session).
+    extraction: Option<CancellationToken>,
+    /// Extractions that ended during a run: their cost joins the record
+    /// when the run has ended (only the run writes the record meanwhile).
+    extracted: Vec<ExtractionRecord>,
 }
 
 struct Deferred {
@@ -147,6 +155,8 @@ impl Actor for SessionActor {
             approvals: Arc::default(),
             shutdown: Arc::default(),
             deferred: None,
+            extraction: None,
+            extracted: Vec::new(),
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -160,6 +170,9 @@ impl Actor for SessionActor {
         // An actor that dies mid-run takes its run down with it; the record
         // still says `running`, and the next start repairs it.
         if let Some(cancel) = state.run.take() {
+            cancel.cancel();
+        }
+        if let Some(cancel) = state.extraction.take() {
             cancel.cancel();
         }
         state.deps.sockets.close(&format_id(state.rec.id));
@@ -280,8 +293,15 @@ impl Actor for SessionActor {
                 let _ = reply.send(answer);
             }
             SessionMsg::Drain { grace, reply } => {
-                if state.run.is_none() {
+                // An extraction is background work: shutdown cancels it at
+                // once, and waits only for it to record what it spent.
+                if let Some(cancel) = &state.extraction {
+                    cancel.cancel();
+                }
+                if state.run.is_none() && state.extraction.is_none() {
                     let _ = reply.send(());
+                } else if state.run.is_none() {
+                    state.draining.get_or_insert_with(Vec::new).push(reply);
                 } else {
                     state.draining.get_or_insert_with(Vec::new).push(reply);
                     myself.send_after(grace, || SessionMsg::DrainDeadline);
@@ -297,16 +317,24 @@ impl Actor for SessionActor {
                 state.rec = finished.record;
                 state.run = None;
                 state.release_emitter();
-                for reply in state.draining.take().unwrap_or_default() {
-                    // Answer once the run's last writes are durable.
-                    state.deps.store.after_sync(Box::new(move |_| {
-                        let _ = reply.send(());
-                    }));
+                for x in std::mem::take(&mut state.extracted) {
+                    state.record_extraction(x);
                 }
+                state.maybe_extract(&myself);
+                state.answer_drain();
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
                 if let Some(d) = state.deferred.take() {
                     state.send(d.text, d.can_approve, d.once, d.reply, &myself);
                 }
+            }
+            SessionMsg::ExtractionFinished(x) => {
+                state.extraction = None;
+                if state.run.is_some() {
+                    state.extracted.push(*x);
+                } else {
+                    state.record_extraction(*x);
+                }
+                state.answer_drain();
             }
             SessionMsg::IdleCheck => {
                 state.release_emitter();
@@ -316,7 +344,11 @@ impl Actor for SessionActor {
                     .now_ms()
                     .saturating_sub(state.last_active_ms);
                 let idle_stop = state.deps.config().idle_stop.as_millis() as u64;
-                if state.run.is_none() && state.listeners() == 0 && idle_for + 1 >= idle_stop {
+                if state.run.is_none()
+                    && state.extraction.is_none()
+                    && state.listeners() == 0
+                    && idle_for + 1 >= idle_stop
+                {
                     myself.stop(Some("idle".into()));
                 } else if state.run.is_none() {
                     // Busy since the check was set (or someone listens):
@@ -333,6 +365,124 @@ impl Actor for SessionActor {
 }
 
 impl SessionState {
+    /// Answers a drain once neither a run nor an extraction is left, when
+    /// their last writes are durable.
+    fn answer_drain(&mut self) {
+        if self.run.is_some() || self.extraction.is_some() {
+            return;
+        }
+        for reply in self.draining.take().unwrap_or_default() {
+            self.deps.store.after_sync(Box::new(move |_| {
+                let _ = reply.send(());
+            }));
+        }
+    }
+
+    /// After a run: once `[memory] extract_every` turns passed since the
+    /// last extraction, either the agent saved memory itself in them (the
+    /// count starts again) or a background extraction over them starts.
+    /// The count (`extract_turns`, bumped with each user message stored)
+    /// and the turns' first message (`extract_from_idx`) are in the
+    /// record, and both move on before the extraction starts, so a restart
+    /// neither loses the count nor extracts a turn twice (an extraction
+    /// cut by a crash or a shutdown is not redone).
+    fn maybe_extract(&mut self, myself: &ActorRef<SessionMsg>) {
+        let every = u64::from(self.deps.config().extract_every);
+        // One per session at a time: until it ends the turns keep counting
+        // and the next run's end starts one over all of them.
+        if every == 0 || self.extraction.is_some() || self.draining.is_some() {
+            return;
+        }
+        let turns = self.rec.extract_turns;
+        if turns < every {
+            return;
+        }
+        let id = format_id(self.rec.id);
+        let from = self.rec.extract_from_idx.min(self.rec.next_idx);
+        let messages: Vec<Message> = match self.deps.store.messages(self.rec.id, from) {
+            Ok(ms) => ms.into_iter().map(|(_, m)| m).collect(),
+            Err(e) => {
+                tracing::warn!(session = %id, "cannot read the turns to extract memory from: {e}");
+                return;
+            }
+        };
+        let to = self.rec.next_idx;
+        self.rec.extract_from_idx = to;
+        self.rec.extract_turns = 0;
+        if let Err(e) = self.deps.store.save(&self.rec, &[], false) {
+            tracing::warn!(session = %id, "cannot record the memory extraction mark: {e}");
+            return;
+        }
+        if crate::memory::extract::agent_wrote_memory(&messages) {
+            tracing::debug!(session = %id, "no memory extraction: the agent saved memory itself");
+            return;
+        }
+        let cancel = CancellationToken::new();
+        self.extraction = Some(cancel.clone());
+        let job = crate::memory::extract::Job {
+            session: id,
+            workdir: std::path::PathBuf::from(&self.rec.workdir),
+            transcript: crate::memory::extract::transcript(&messages),
+            turns,
+        };
+        let deps = self.deps.clone();
+        let me = myself.clone();
+        // A task of its own: the mailbox stays free, so the session takes
+        // its next message while the extraction works.
+        tokio::spawn(async move {
+            let models = deps.models();
+            let done = crate::memory::extract::run(
+                &deps.llm,
+                &models,
+                &deps.memory,
+                deps.clock.clone(),
+                &deps.extractions,
+                job,
+                cancel,
+            )
+            .await;
+            let mut x = ExtractionRecord {
+                at_ms: deps.clock.now_ms(),
+                from_idx: from,
+                to_idx: to,
+                turns,
+                model: String::new(),
+                model_calls: 0,
+                usage: Default::default(),
+                cost_usd: 0.0,
+                saved: Vec::new(),
+                forgot: Vec::new(),
+                outcome: String::new(),
+            };
+            match done {
+                Ok(d) => {
+                    x.model = d.model;
+                    x.model_calls = d.outcome.model_calls;
+                    x.usage = d.outcome.usage;
+                    x.cost_usd = d.outcome.cost;
+                    x.saved = d.saved;
+                    x.forgot = d.forgot;
+                    x.outcome = d.outcome.end.describe();
+                }
+                Err(why) => {
+                    tracing::warn!("memory extraction not run: {why}");
+                    x.outcome = format!("not run: {why}");
+                }
+            }
+            let _ = me.cast(SessionMsg::ExtractionFinished(Box::new(x)));
+        });
+    }
+
+    /// Adds an extraction's cost to the session's totals and keeps its
+    /// record, in one write.
+    fn record_extraction(&mut self, x: ExtractionRecord) {
+        self.rec.usage.add(&x.usage);
+        self.rec.cost_usd += x.cost_usd;
+        if let Err(e) = self.deps.store.save_extraction(&self.rec, &x) {
+            tracing::warn!(session = %format_id(self.rec.id), "cannot record a memory extraction: {e}");
+        }
+    }
+
     /// Appends the user's message and starts a run, answering `reply`
     /// once the message is durable.
     fn send(
@@ -566,6 +716,8 @@ impl SessionState {
             vec![Message::user_text(text)]
         };
         self.rec.next_idx += messages.len() as u64;
+        // A turn for memory extraction (see `maybe_extract`).
+        self.rec.extract_turns += 1;
         super::context::count_appended(&mut self.rec, &messages);
         self.deps
             .store

@@ -63,8 +63,14 @@ pub enum ManagerMsg {
     Trim,
 }
 
-/// A session, every message, and the summary the model sees.
-pub type History = (SessionView, Vec<MessageView>, Option<String>);
+/// A session, every message, the summary the model sees, and the memory
+/// extractions over its turns.
+pub type History = (
+    SessionView,
+    Vec<MessageView>,
+    Option<String>,
+    Vec<flyto_protocol::ExtractionView>,
+);
 
 /// Sessions listed in `stats` by how full their context is.
 const STATS_CONTEXTS: usize = 10;
@@ -417,6 +423,8 @@ impl ManagerState {
             depth,
             context: Default::default(),
             sandbox,
+            extract_from_idx: 0,
+            extract_turns: 0,
         };
         self.deps
             .store
@@ -471,10 +479,19 @@ impl ManagerState {
             .collect();
         let running = self.live.contains_key(&n) && rec.status == SessionStatus::Running;
         let summary = rec.context.summary_message(rec.context_base_idx);
+        let extractions = self
+            .deps
+            .store
+            .extractions(n)
+            .map_err(Reject::internal)?
+            .iter()
+            .map(|x| x.view())
+            .collect();
         Ok((
             rec.view(running, self.deps.budget(&rec.model)),
             messages,
             summary,
+            extractions,
         ))
     }
 }

@@ -64,6 +64,9 @@ pub struct SessionConfig {
     pub sandbox_network: bool,
     /// `[memory]`: how much memory each model call gets.
     pub memory: crate::memory::prompt::InjectConfig,
+    /// `[memory] extract_every`: turns without a memory write of the
+    /// agent's own after which a background extraction runs; 0: never.
+    pub extract_every: u32,
 }
 
 impl Default for SessionConfig {
@@ -80,6 +83,7 @@ impl Default for SessionConfig {
             sandbox_profile: crate::tools::sandbox::Profile::WorkspaceWrite,
             sandbox_network: true,
             memory: crate::memory::prompt::InjectConfig::default(),
+            extract_every: 5,
         }
     }
 }
@@ -98,6 +102,8 @@ pub struct SessionDeps {
     pub skills: Arc<crate::skills::SkillRegistry>,
     /// The memory the system prompt carries of the session's project.
     pub memory: crate::memory::Memory,
+    /// Background memory extractions in flight, one per project.
+    pub extractions: crate::memory::extract::Flights,
 }
 
 impl SessionDeps {

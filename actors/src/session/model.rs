@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
 /// 2: the compaction state (`context`). 3: the sandbox choice (`sandbox`).
-pub const SESSION_FORMAT_VERSION: u32 = 3;
+/// 4: where the next memory extraction's turns start (`extract_from_idx`).
+pub const SESSION_FORMAT_VERSION: u32 = 4;
+/// Extraction records ([`ExtractionRecord`]) have their own version.
+pub const EXTRACTION_FORMAT_VERSION: u32 = 1;
 /// Messages have their own version. 2: each message keeps the time it was
 /// stored ([`StoredMessage`]); format 1 was a bare [`Message`].
 pub const MESSAGE_FORMAT_VERSION: u32 = 2;
@@ -51,6 +54,104 @@ pub struct SessionRecord {
     pub context: ContextState,
     /// How its tools' processes are confined.
     pub sandbox: SessionSandbox,
+    /// The first message of the turns the next memory extraction counts
+    /// and reads: turns before it were extracted, or skipped because the
+    /// agent wrote memory itself. Persisted, so a restart neither loses
+    /// the count nor extracts a turn twice.
+    pub extract_from_idx: u64,
+    /// Turns (a user message and the run it starts) since then.
+    pub extract_turns: u64,
+}
+
+/// One background memory extraction over a session's turns, as stored
+/// (one sled key per extraction, beside the session's messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractionRecord {
+    /// When it ended, ms since the epoch.
+    pub at_ms: u64,
+    /// The messages it read: `from_idx..to_idx`.
+    pub from_idx: u64,
+    pub to_idx: u64,
+    pub turns: u64,
+    /// The model profile it used.
+    pub model: String,
+    pub model_calls: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// Entries it wrote, and entries it forgot.
+    pub saved: Vec<String>,
+    pub forgot: Vec<String>,
+    /// `done`, or how it stopped.
+    pub outcome: String,
+}
+
+impl ExtractionRecord {
+    pub fn view(&self) -> flyto_protocol::ExtractionView {
+        flyto_protocol::ExtractionView {
+            at_ms: self.at_ms,
+            from_idx: self.from_idx,
+            to_idx: self.to_idx,
+            turns: self.turns,
+            model: self.model.clone(),
+            model_calls: self.model_calls,
+            input_tokens: self.usage.input_tokens,
+            output_tokens: self.usage.output_tokens,
+            cost_usd: self.cost_usd,
+            saved: self.saved.clone(),
+            forgot: self.forgot.clone(),
+            outcome: self.outcome.clone(),
+        }
+    }
+}
+
+/// A session record as format 3 wrote it (before memory extraction).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecordV3 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub workdir: String,
+    pub model: String,
+    pub status: SessionStatus,
+    pub error: Option<String>,
+    pub next_idx: u64,
+    pub context_base_idx: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub runs: u64,
+    pub chain: String,
+    pub depth: u32,
+    pub context: ContextState,
+    pub sandbox: SessionSandbox,
+}
+
+impl From<SessionRecordV3> for SessionRecord {
+    /// An older session starts counting at its end: its earlier turns are
+    /// not extracted after an upgrade.
+    fn from(v3: SessionRecordV3) -> SessionRecord {
+        SessionRecord {
+            id: v3.id,
+            name: v3.name,
+            workdir: v3.workdir,
+            model: v3.model,
+            status: v3.status,
+            error: v3.error,
+            next_idx: v3.next_idx,
+            context_base_idx: v3.context_base_idx,
+            usage: v3.usage,
+            cost_usd: v3.cost_usd,
+            created_ms: v3.created_ms,
+            updated_ms: v3.updated_ms,
+            runs: v3.runs,
+            chain: v3.chain,
+            depth: v3.depth,
+            context: v3.context,
+            sandbox: v3.sandbox,
+            extract_from_idx: v3.next_idx,
+            extract_turns: 0,
+        }
+    }
 }
 
 /// A session's sandbox choice; `None` takes `[sandbox]` at each run.
@@ -105,6 +206,8 @@ impl From<SessionRecordV2> for SessionRecord {
             depth: v2.depth,
             context: v2.context,
             sandbox: SessionSandbox::default(),
+            extract_from_idx: v2.next_idx,
+            extract_turns: 0,
         }
     }
 }
@@ -150,6 +253,8 @@ impl From<SessionRecordV1> for SessionRecord {
             depth: v1.depth,
             context: ContextState::default(),
             sandbox: SessionSandbox::default(),
+            extract_from_idx: v1.next_idx,
+            extract_turns: 0,
         }
     }
 }
@@ -270,6 +375,8 @@ mod tests {
             depth: 0,
             context,
             sandbox: Default::default(),
+            extract_from_idx: 0,
+            extract_turns: 0,
         }
     }
 

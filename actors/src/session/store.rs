@@ -2,12 +2,13 @@
 //!
 //! sled layout, tree `sessions`, each change one atomic batch:
 //! `r<id>` session record · `m<id><idx>` message (append-only, stamped
-//! with the record's `updated_ms` when written) · `n` next id. Ids and
+//! with the record's `updated_ms` when written) · `x<id><idx>` a memory
+//! extraction over the messages before `idx` · `n` next id. Ids and
 //! indexes are big-endian so keys sort numerically.
 
 use super::model::{
-    MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION, SessionRecord, SessionRecordV1,
-    SessionRecordV2, StoredMessage,
+    EXTRACTION_FORMAT_VERSION, ExtractionRecord, MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION,
+    SessionRecord, SessionRecordV1, SessionRecordV2, SessionRecordV3, StoredMessage,
 };
 use crate::llm::Message;
 use crate::store::{
@@ -51,7 +52,17 @@ pub trait SessionStore: Send + Sync + 'static {
         from: u64,
         to: u64,
     ) -> Result<Vec<(u64, StoredMessage)>, StoreError>;
-    /// Removes the record and every message of session `id`, atomically.
+    /// Writes the record (whose totals include `extraction`'s cost) and
+    /// the extraction's record, atomically.
+    fn save_extraction(
+        &self,
+        record: &SessionRecord,
+        extraction: &ExtractionRecord,
+    ) -> Result<(), StoreError>;
+    /// The session's extractions, oldest first.
+    fn extractions(&self, id: u64) -> Result<Vec<ExtractionRecord>, StoreError>;
+    /// Removes the record, every message and every extraction record of
+    /// session `id`, atomically.
     fn delete(&self, id: u64) -> Result<(), StoreError>;
     fn after_sync(&self, then: AfterSync);
 }
@@ -86,6 +97,12 @@ fn message_key(id: u64, idx: u64) -> Vec<u8> {
     k
 }
 
+fn extraction_prefix(id: u64) -> Vec<u8> {
+    let mut k = vec![b'x'];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
 fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {
     Err(format!("no migration from session format {found}"))
 }
@@ -105,6 +122,7 @@ fn migrate_record(found: u32, body: &[u8]) -> Result<SessionRecord, String> {
     match found {
         1 => decode_body::<SessionRecordV1>(body).map(SessionRecord::from),
         2 => decode_body::<SessionRecordV2>(body).map(SessionRecord::from),
+        3 => decode_body::<SessionRecordV3>(body).map(SessionRecord::from),
         other => no_migration(other, body),
     }
 }
@@ -211,15 +229,47 @@ impl SessionStore for SledSessionStore {
         Ok(out)
     }
 
+    fn save_extraction(
+        &self,
+        record: &SessionRecord,
+        extraction: &ExtractionRecord,
+    ) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.insert(
+            record_key(record.id),
+            encode_record(SESSION_FORMAT_VERSION, record),
+        );
+        let mut key = extraction_prefix(record.id);
+        key.extend_from_slice(&extraction.to_idx.to_be_bytes());
+        batch.insert(key, encode_record(EXTRACTION_FORMAT_VERSION, extraction));
+        self.store.apply(&self.tree, &batch)
+    }
+
+    fn extractions(&self, id: u64) -> Result<Vec<ExtractionRecord>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self
+            .store
+            .scan_prefix(&self.tree, &extraction_prefix(id), false)
+        {
+            let (_, v) = kv?;
+            out.push(decode_record(
+                "memory extraction record",
+                &v,
+                EXTRACTION_FORMAT_VERSION,
+                no_migration,
+            )?);
+        }
+        Ok(out)
+    }
+
     fn delete(&self, id: u64) -> Result<(), StoreError> {
         let mut batch = Batch::new();
         batch.remove(record_key(id));
-        for kv in self
-            .store
-            .scan_prefix(&self.tree, &message_prefix(id), false)
-        {
-            let (k, _) = kv?;
-            batch.remove(k.to_vec());
+        for prefix in [message_prefix(id), extraction_prefix(id)] {
+            for kv in self.store.scan_prefix(&self.tree, &prefix, false) {
+                let (k, _) = kv?;
+                batch.remove(k.to_vec());
+            }
         }
         self.store.apply(&self.tree, &batch)
     }
@@ -253,7 +303,85 @@ mod tests {
             depth: 0,
             context: Default::default(),
             sandbox: Default::default(),
+            extract_from_idx: 0,
+            extract_turns: 0,
         }
+    }
+
+    #[test]
+    fn a_format_3_record_decodes_and_counts_extraction_turns_from_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), 8 << 20).unwrap();
+        let sessions = SledSessionStore::open(store.clone()).unwrap();
+        let r = record(4, 12, 9_000);
+        let v3 = SessionRecordV3 {
+            id: r.id,
+            name: Some("old".into()),
+            workdir: r.workdir.clone(),
+            model: r.model.clone(),
+            status: r.status,
+            error: None,
+            next_idx: r.next_idx,
+            context_base_idx: 3,
+            usage: crate::llm::Usage {
+                input_tokens: 70,
+                ..Default::default()
+            },
+            cost_usd: 0.5,
+            created_ms: 1,
+            updated_ms: 9_000,
+            runs: 6,
+            chain: "s4".into(),
+            depth: 0,
+            context: Default::default(),
+            sandbox: Default::default(),
+        };
+        let mut batch = Batch::new();
+        batch.insert(record_key(4), encode_record(3, &v3));
+        store.apply(&sessions.tree, &batch).unwrap();
+        let got = sessions.get(4).unwrap().unwrap();
+        assert_eq!(got.name.as_deref(), Some("old"));
+        assert_eq!((got.context_base_idx, got.runs), (3, 6));
+        assert_eq!((got.usage.input_tokens, got.cost_usd), (70, 0.5));
+        assert_eq!((got.extract_from_idx, got.extract_turns), (12, 0));
+    }
+
+    #[test]
+    fn extractions_are_kept_in_order_with_the_totals_and_go_with_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), 8 << 20).unwrap();
+        let sessions = SledSessionStore::open(store).unwrap();
+        let mut r = record(1, 20, 1_000);
+        sessions.save(&r, &[], true).unwrap();
+        sessions.save(&record(2, 1, 1_000), &[], true).unwrap();
+        for (to, cost) in [(300u64, 0.25), (10, 0.5)] {
+            r.cost_usd += cost;
+            let x = ExtractionRecord {
+                at_ms: to,
+                from_idx: 0,
+                to_idx: to,
+                turns: 5,
+                model: "fake".into(),
+                model_calls: 2,
+                usage: Default::default(),
+                cost_usd: cost,
+                saved: vec![format!("e{to}")],
+                forgot: vec![],
+                outcome: "done".into(),
+            };
+            sessions.save_extraction(&r, &x).unwrap();
+        }
+        assert_eq!(sessions.get(1).unwrap().unwrap().cost_usd, 0.75);
+        let got: Vec<u64> = sessions
+            .extractions(1)
+            .unwrap()
+            .iter()
+            .map(|x| x.to_idx)
+            .collect();
+        assert_eq!(got, [10, 300]);
+        assert!(sessions.extractions(2).unwrap().is_empty());
+        sessions.delete(1).unwrap();
+        assert!(sessions.extractions(1).unwrap().is_empty());
     }
 
     #[test]

@@ -327,6 +327,7 @@ fn gen_entry(rng: &mut StdRng, i: usize, now_ms: u64) -> (Meta, String) {
         updated: rfc3339(updated),
         source: "s-bench".into(),
         version: 1,
+        session: None,
     };
     (meta, body)
 }
@@ -615,6 +616,7 @@ fn overhead(
                 description: meta.description,
                 body,
                 source: "s-bench".into(),
+                session: None,
             };
             match rt.block_on(mem.write(&work, req)) {
                 Ok(_) => lines[scope] += 1,

@@ -15,6 +15,7 @@ fn entry(name: &str, kind: Kind, description: &str, headings: &[&str], age_days:
             updated: rfc3339(updated_ms),
             source: "s-1".into(),
             version: 1,
+            session: None,
         },
         body: String::new(),
         created_ms: updated_ms,
