@@ -257,6 +257,7 @@ impl Tool for Write {
                 } else {
                     format!("dream {}", self.0.run)
                 },
+                session: args.user_statement.as_ref().map(|s| s.session.clone()),
             };
             match self.0.dir.write(&req) {
                 Ok(w) if w.created => ToolOutput::ok(format!("created `{}`", args.name)),
