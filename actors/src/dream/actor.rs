@@ -144,6 +144,31 @@ pub fn gate(p: &Project, cfg: &DreamConfig, now_ms: u64) -> Stop {
     Stop::Passed
 }
 
+/// Checks every project's gates and records the check; the projects
+/// whose gates all passed, sorted. Reads no file.
+pub fn check_all(
+    projects: &mut HashMap<String, Project>,
+    cfg: &DreamConfig,
+    now_ms: u64,
+) -> Vec<String> {
+    let mut ready = Vec::new();
+    for p in projects.values_mut() {
+        let stop = gate(p, cfg, now_ms);
+        if p.checks.len() == CHECKS_KEPT {
+            p.checks.pop_front();
+        }
+        p.checks.push_back(Check {
+            at_ms: now_ms,
+            stop,
+        });
+        if stop == Stop::Passed {
+            ready.push(p.id.clone());
+        }
+    }
+    ready.sort();
+    ready
+}
+
 /// One project as `dream_status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectStatus {
@@ -288,22 +313,7 @@ impl DreamState {
 
     /// One round over every project; the projects whose gates all passed.
     pub fn check_round(&mut self, now_ms: u64) -> Vec<String> {
-        let mut ready = Vec::new();
-        for p in self.projects.values_mut() {
-            let stop = gate(p, &self.config, now_ms);
-            if p.checks.len() == CHECKS_KEPT {
-                p.checks.pop_front();
-            }
-            p.checks.push_back(Check {
-                at_ms: now_ms,
-                stop,
-            });
-            if stop == Stop::Passed {
-                ready.push(p.id.clone());
-            }
-        }
-        ready.sort();
-        ready
+        check_all(&mut self.projects, &self.config, now_ms)
     }
 
     fn start(

@@ -358,6 +358,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let median_entry = relevance(&rt, tmp.path(), args)?;
     let catalogue_tokens = skills(tmp.path(), args.skills)?;
     overhead(&rt, tmp.path(), median_entry, catalogue_tokens, args.skills)?;
+    dream_gates(tmp.path())?;
     println!("knowledge done in {:.1}s", total.elapsed().as_secs_f64());
     Ok(())
 }
@@ -650,6 +651,79 @@ fn overhead(
         memory + builtin,
         memory + with_skills,
         (memory + with_skills) as f64 * 100.0 / 128_000.0
+    );
+    Ok(())
+}
+
+/// Projects in the dream gate-check round.
+const DREAM_PROJECTS: usize = 1000;
+const DREAM_ROUNDS: usize = 200;
+
+/// The cost of one dream check round over 1,000 projects none of which is
+/// eligible (a third each stopped by the time gate, the session gate and
+/// the backoff), against a plain `stat` of the same projects' folders.
+fn dream_gates(root: &Path) -> anyhow::Result<()> {
+    use flyto_actors::dream::DreamConfig;
+    use flyto_actors::dream::actor::{Project, check_all};
+    use std::collections::HashMap;
+    println!(
+        "\n== knowledge: dream gate check, {DREAM_PROJECTS} projects, none eligible, {DREAM_ROUNDS} rounds =="
+    );
+    let now = flyto_actors::clock::Clock::now_ms(&SystemClock);
+    let cfg = DreamConfig::default();
+    let mut projects = HashMap::new();
+    let mut dirs = Vec::new();
+    for i in 0..DREAM_PROJECTS {
+        let id = format!("{i:016x}");
+        let dir = root.join("dream-projects").join(&id).join("memory");
+        std::fs::create_dir_all(&dir).context("project folder")?;
+        dirs.push(dir);
+        let mut p = Project::default();
+        p.id.clone_from(&id);
+        p.workdir = format!("/work/p{i}");
+        match i % 3 {
+            0 => p.last_success_ms = Some(now - 3_600_000),
+            1 => {
+                p.last_success_ms = Some(now - 48 * 3_600_000);
+                p.sessions.insert(1, now);
+            }
+            _ => p.state.retry_after_ms = Some(now + 3_600_000),
+        }
+        projects.insert(id, p);
+    }
+    let mut ours = Vec::new();
+    for _ in 0..DREAM_ROUNDS {
+        let t = Instant::now();
+        let ready = check_all(&mut projects, &cfg, now);
+        ours.push(t.elapsed().as_nanos() as u64);
+        anyhow::ensure!(ready.is_empty(), "a project passed its gates");
+    }
+    let mut stats = Vec::new();
+    for _ in 0..DREAM_ROUNDS {
+        let t = Instant::now();
+        let mut n = 0;
+        for d in &dirs {
+            n += usize::from(std::fs::metadata(d).is_ok());
+        }
+        stats.push(t.elapsed().as_nanos() as u64);
+        anyhow::ensure!(n == dirs.len(), "a folder is missing");
+    }
+    ours.sort_unstable();
+    stats.sort_unstable();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let (p50, p99) = (percentile(&ours, 0.5), percentile(&ours, 0.99));
+    let (s50, s99) = (percentile(&stats, 0.5), percentile(&stats, 0.99));
+    println!(
+        "check round: p50 {:.3}ms, p99 {:.3}ms; baseline (stat each project's memory folder): p50 {:.3}ms, p99 {:.3}ms",
+        ms(p50),
+        ms(p99),
+        ms(s50),
+        ms(s99)
+    );
+    println!(
+        "check round p99 ratio {:.2} (ours / stat); target under 1 ms per round: {}",
+        p99 as f64 / s99.max(1) as f64,
+        verdict(p99 < 1_000_000)
     );
     Ok(())
 }
