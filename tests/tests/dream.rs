@@ -543,3 +543,44 @@ fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off()
     assert!(next >= last + 25 * 3_600_000 + 3_600_000 - 60_000, "{s}");
     assert_eq!(outcomes(&env, &wd).len(), 2);
 }
+
+#[test]
+fn bad_dream_input_gets_a_clear_error_and_flytod_keeps_serving() {
+    for (bad, says) in [
+        (
+            "max_removed = \"lots\"",
+            "max_removed = \"lots\" is not a count or a share",
+        ),
+        ("keep = 0", "keep must be at least 1"),
+        ("check_every = \"0s\"", "check_every must be more than 0"),
+    ] {
+        let env = TestEnv::new(&format!("[dream]\n{bad}\n"));
+        let log = env
+            .try_start(&[])
+            .err()
+            .unwrap_or_else(|| panic!("{bad} was accepted"));
+        assert!(log.contains(says), "{bad}: {log}");
+    }
+    let fake = FakeLlm::start(vec![]);
+    let (env, _daemon, _dir, wd, _folder) = project(&fake, "");
+    let out = env.ctl(&["dream_diff", "d999"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("no dream run `d999`: `flytoctl dream_log` lists the runs"),
+        "{}",
+        out.stderr
+    );
+    let out = env.ctl(&["dream_run", "--project", "/nonexistent/flyto-project"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("/nonexistent/flyto-project"),
+        "{}",
+        out.stderr
+    );
+    let out = env.ctl(&["dream_undo", "--project", &wd]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("nothing to undo"), "{}", out.stderr);
+    assert_eq!(env.ctl(&["ping"]).code, 0);
+    assert!(fake.requests().is_empty());
+}

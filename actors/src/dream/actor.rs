@@ -182,6 +182,8 @@ pub struct ProjectStatus {
     pub last_check: Option<Vec<Gate>>,
     pub last_outcomes: Vec<(String, String)>,
     pub live_version: Option<u32>,
+    /// The latest checks (kept in memory), oldest first: time and gates.
+    pub checks: Vec<(u64, Vec<Gate>)>,
 }
 
 pub enum DreamMsg {
@@ -443,6 +445,11 @@ impl DreamState {
                     .live()
                     .ok()
                     .flatten(),
+                    checks: p
+                        .checks
+                        .iter()
+                        .map(|c| (c.at_ms, c.gates(&self.config)))
+                        .collect(),
                 }
             })
             .collect();
