@@ -129,7 +129,14 @@ fn run_text(r: &Value) -> String {
         r["input_tokens"],
         r["output_tokens"],
         r["cost_usd"].as_f64().unwrap_or(0.0),
-        names(&r["sessions"]).join(", ")
+        {
+            let s = names(&r["sessions"]);
+            if s.is_empty() {
+                "none".to_string()
+            } else {
+                s.join(", ")
+            }
+        }
     ));
     for kind in ["added", "updated", "merged", "tombstoned"] {
         let n = names(&r["diff"][kind]);

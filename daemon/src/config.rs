@@ -331,6 +331,13 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     config
         .dream_config()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    let dm = &config.dream.model;
+    if dm != "main" && dm != "fast" && !config.models.contains_key(dm) {
+        bail!(
+            "invalid config file {}: [dream] model = {dm:?} is neither a role (main, fast) nor a [models.<name>] profile: name one of those",
+            path.display()
+        );
+    }
     config
         .models()
         .validate()

@@ -495,6 +495,10 @@ fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off()
     });
     assert_eq!(s["sessions_since"], 2);
     assert!(outcomes(&env, &wd).is_empty());
+    // The change of gate is on disk, for after a restart.
+    let checks =
+        std::fs::read_to_string(folder.parent().unwrap().join("dream/checks.json")).unwrap();
+    assert!(checks.contains("TooFewSessions"), "{checks}");
 
     // The third session opens the gate: exactly one run.
     let dreams_before = fake.requests().len();
@@ -523,12 +527,25 @@ fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off()
     fake.push(vec![Reply::status(400, None)]);
     let offset = (25 * 3_600_000).to_string();
     let _daemon = start_with(&env, &[("FLYTO_CLOCK_OFFSET_MS", &offset)]);
+    // The checks from before the restart are still there (a round adds
+    // one each 100 ms; 8 are kept).
+    assert!(
+        status()["checks"]
+            .to_string()
+            .contains("h since the last success")
+    );
     wait_until("the failed run", DEADLINE, || {
         outcomes(&env, &wd)
             .iter()
             .any(|(_, o)| o.starts_with("failed"))
             .then_some(())
     });
+    // The checks from before the restart are still there.
+    assert!(
+        status()["checks"]
+            .to_string()
+            .contains("h since the last success")
+    );
     let s = wait_check("a check that stops at the backoff", &|s| {
         s["last_check"]
             .to_string()
@@ -553,6 +570,10 @@ fn bad_dream_input_gets_a_clear_error_and_flytod_keeps_serving() {
         ),
         ("keep = 0", "keep must be at least 1"),
         ("check_every = \"0s\"", "check_every must be more than 0"),
+        (
+            "model = \"gpt-9\"",
+            "[dream] model = \"gpt-9\" is neither a role",
+        ),
     ] {
         let env = TestEnv::new(&format!("[dream]\n{bad}\n"));
         let log = env

@@ -144,16 +144,21 @@ pub fn gate(p: &Project, cfg: &DreamConfig, now_ms: u64) -> Stop {
     Stop::Passed
 }
 
-/// Checks every project's gates and records the check; the projects
-/// whose gates all passed, sorted. Reads no file.
-pub fn check_all(
-    projects: &mut HashMap<String, Project>,
-    cfg: &DreamConfig,
-    now_ms: u64,
-) -> Vec<String> {
-    let mut ready = Vec::new();
+/// What a check round found.
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Projects whose gates all passed, sorted.
+    pub ready: Vec<String>,
+    /// Projects whose check stopped at another gate than the one before.
+    pub changed: Vec<String>,
+}
+
+/// Checks every project's gates and records the check. Reads no file.
+pub fn check_all(projects: &mut HashMap<String, Project>, cfg: &DreamConfig, now_ms: u64) -> Round {
+    let mut round = Round::default();
     for p in projects.values_mut() {
         let stop = gate(p, cfg, now_ms);
+        let before = p.checks.back().map(|c| std::mem::discriminant(&c.stop));
         if p.checks.len() == CHECKS_KEPT {
             p.checks.pop_front();
         }
@@ -161,12 +166,15 @@ pub fn check_all(
             at_ms: now_ms,
             stop,
         });
+        if before != Some(std::mem::discriminant(&stop)) {
+            round.changed.push(p.id.clone());
+        }
         if stop == Stop::Passed {
-            ready.push(p.id.clone());
+            round.ready.push(p.id.clone());
         }
     }
-    ready.sort();
-    ready
+    round.ready.sort();
+    round
 }
 
 /// One project as `dream_status` shows it.
@@ -283,7 +291,9 @@ impl DreamState {
             }
             pd.drop_lease();
             let state = pd.state();
+            let checks: Vec<Check> = pd.checks();
             let p = s.projects.entry(id.clone()).or_default();
+            p.checks = checks.into_iter().rev().take(CHECKS_KEPT).rev().collect();
             p.id = id;
             p.workdir = state.workdir.clone();
             p.state = state;
@@ -315,7 +325,18 @@ impl DreamState {
 
     /// One round over every project; the projects whose gates all passed.
     pub fn check_round(&mut self, now_ms: u64) -> Vec<String> {
-        check_all(&mut self.projects, &self.config, now_ms)
+        let round = check_all(&mut self.projects, &self.config, now_ms);
+        // Kept on disk when a check stops at another gate than the last
+        // one: a record of every change, not a write per project per round.
+        for id in &round.changed {
+            if let Some(p) = self.projects.get(id) {
+                let checks: Vec<Check> = p.checks.iter().copied().collect();
+                if let Err(e) = ProjectDir::new(&self.ctx.state_dir, id).save_checks(&checks) {
+                    tracing::warn!("dream checks of {id}: {e}");
+                }
+            }
+        }
+        round.ready
     }
 
     fn start(

@@ -134,6 +134,14 @@ impl ProjectDir {
         write_json(&self.dream().join("state.json"), s)
     }
 
+    pub fn save_checks<T: Serialize>(&self, checks: &[T]) -> io::Result<()> {
+        write_json(&self.dream().join("checks.json"), &checks)
+    }
+
+    pub fn checks<T: for<'de> Deserialize<'de>>(&self) -> Vec<T> {
+        read_json(&self.dream().join("checks.json")).unwrap_or_default()
+    }
+
     pub fn lease(&self) -> Option<Lease> {
         read_json(&self.dream().join("lease.json"))
     }

@@ -694,9 +694,9 @@ fn dream_gates(root: &Path) -> anyhow::Result<()> {
     let mut ours = Vec::new();
     for _ in 0..DREAM_ROUNDS {
         let t = Instant::now();
-        let ready = check_all(&mut projects, &cfg, now);
+        let round = check_all(&mut projects, &cfg, now);
         ours.push(t.elapsed().as_nanos() as u64);
-        anyhow::ensure!(ready.is_empty(), "a project passed its gates");
+        anyhow::ensure!(round.ready.is_empty(), "a project passed its gates");
     }
     let mut stats = Vec::new();
     for _ in 0..DREAM_ROUNDS {
