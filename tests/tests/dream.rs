@@ -464,7 +464,7 @@ fn a_crash_at_any_step_of_a_run_leaves_the_old_or_the_new_memory_whole() {
 #[test]
 fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off() {
     let fake = FakeLlm::start(vec![]);
-    let env = env_with(&fake, "check_every = \"100ms\"\nmin_sessions = 3");
+    let env = env_with(&fake, "check_every = \"100ms\"\n");
     let daemon = start(&env);
     let dir = workdir(&env, "proj");
     let wd = dir.display().to_string();
@@ -487,20 +487,20 @@ fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off()
             pred(&s).then_some(s)
         })
     };
-    talk(2);
+    talk(4);
     let s = wait_check("a check that stops at the sessions gate", &|s| {
         s["last_check"]
             .to_string()
-            .contains("2 sessions since (at least 3)")
+            .contains("4 sessions since (at least 5)")
     });
-    assert_eq!(s["sessions_since"], 2);
+    assert_eq!(s["sessions_since"], 4);
     assert!(outcomes(&env, &wd).is_empty());
     // The change of gate is on disk, for after a restart.
     let checks =
         std::fs::read_to_string(folder.parent().unwrap().join("dream/checks.json")).unwrap();
     assert!(checks.contains("TooFewSessions"), "{checks}");
 
-    // The third session opens the gate: exactly one run.
+    // The fifth session opens the gate: exactly one run.
     let dreams_before = fake.requests().len();
     fake.push(small_dream());
     talk(1);
@@ -512,7 +512,7 @@ fn the_gates_hold_a_run_until_enough_sessions_and_time_and_a_failure_backs_off()
     });
     assert_eq!(fake.requests().len(), dreams_before + 1 + 2);
     // More sessions at once: the time gate holds (0 h of 24).
-    talk(3);
+    talk(5);
     wait_check("a check that stops at the time gate", &|s| {
         s["last_check"]
             .to_string()
@@ -603,5 +603,21 @@ fn bad_dream_input_gets_a_clear_error_and_flytod_keeps_serving() {
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("nothing to undo"), "{}", out.stderr);
     assert_eq!(env.ctl(&["ping"]).code, 0);
+    assert!(fake.requests().is_empty());
+
+    // Switched off, a manual run is refused too.
+    let env = TestEnv::new(&format!(
+        "{BASE}[dream]\nenabled = false\n\n{}",
+        fake.config()
+    ));
+    let _daemon = start(&env);
+    let dir = workdir(&env, "proj");
+    let out = env.ctl(&["dream_run", "--project", &dir.display().to_string()]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("[dream] enabled = false"),
+        "{}",
+        out.stderr
+    );
     assert!(fake.requests().is_empty());
 }

@@ -535,6 +535,12 @@ impl Actor for DreamActor {
                 dry_run,
                 reply,
             } => {
+                if !state.config.enabled {
+                    let _ = reply.send(Err(
+                        "consolidation is off ([dream] enabled = false in the config): set enabled = true and reload (SIGHUP) to run it".into(),
+                    ));
+                    return Ok(());
+                }
                 let project = match project_for(&workdir) {
                     Ok(p) => p,
                     Err(e) => {
