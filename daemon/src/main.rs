@@ -293,6 +293,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         skills: skills.clone(),
         memory: memory.clone(),
         clock: clock.clone(),
+        run_streams: Arc::default(),
     });
     let socket_dir = bound
         .path
@@ -612,6 +613,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     tokio::join!(plans, sessions);
+    // The runs have ended; let their clients read how.
+    ctx.run_streams.wait_idle(Duration::from_secs(2)).await;
     supervisor.stop(None);
     let _ = supervisor_done.await;
     server_task.abort();

@@ -43,6 +43,46 @@ pub struct Ctx {
     /// The memory room's way in, for the `memory_*` requests.
     pub memory: flyto_actors::memory::Memory,
     pub clock: Arc<dyn flyto_actors::Clock>,
+    /// Streams of a run's events still being written to their clients.
+    pub run_streams: Arc<RunStreams>,
+}
+
+/// Counts the connections still writing a run's events.
+#[derive(Debug, Default)]
+pub struct RunStreams {
+    open: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+pub struct RunStream<'a>(&'a RunStreams);
+
+impl Drop for RunStream<'_> {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl RunStreams {
+    pub fn enter(&self) -> RunStream<'_> {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        RunStream(self)
+    }
+
+    /// Waits until no run's events are being written, at most `limit`.
+    pub async fn wait_idle(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let idle = self.idle.notified();
+                if self.open.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        })
+        .await;
+    }
 }
 
 /// What a scoped plan socket may see: the plans of one chain, submitting
@@ -590,7 +630,12 @@ async fn session_send(
         Err(r) => Err(r),
     };
     match sub {
-        Ok(sub) => forward_events(id, sub, true, sink).await,
+        Ok(sub) => {
+            // Counted until its last event is written: a shutdown waits for
+            // that, so the client hears how its run ended.
+            let _streaming = ctx.run_streams.enter();
+            forward_events(id, sub, true, sink).await
+        }
         Err(r) => sink.error(r.code, r.message).await,
     }
 }
