@@ -12,8 +12,9 @@ pub fn now_ms() -> u64 {
 /// `340ms`, `1.2s`, `3m04s`, `2h05m`, `3d04h`.
 /// `2026-12-01T15:02:02Z`.
 pub fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 pub fn duration(ms: u64) -> String {

@@ -13,6 +13,7 @@ mod chat;
 mod cmd_breaker;
 mod cmd_daemon;
 mod cmd_dream;
+mod cmd_jobs;
 mod cmd_memory;
 mod cmd_plans;
 mod cmd_policy;
@@ -260,6 +261,10 @@ enum Command {
     #[command(name = "dream_undo")]
     DreamUndo(cmd_dream::UndoArgs),
 
+    /// Print the next fire instants of a schedule, creating nothing
+    #[command(name = "job_next")]
+    JobNext(cmd_jobs::NextArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -368,6 +373,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::DreamDiff(args) => cmd_dream::diff(&ctx, args),
         Command::DreamRun(args) => cmd_dream::run(&ctx, args),
         Command::DreamUndo(args) => cmd_dream::undo(&ctx, args),
+        Command::JobNext(args) => cmd_jobs::next(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

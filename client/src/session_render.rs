@@ -660,10 +660,10 @@ pub fn message_time(ms: u64) -> String {
     if ms == 0 {
         return String::new();
     }
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_seconds(t)
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M:%SZ")
         .to_string()
-        .replacen('T', " ", 1)
 }
 
 fn message(m: &MessageView, outside: bool, mode: &HistoryMode) -> String {

@@ -898,10 +898,18 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             Some(answer) => answer,
             None => match crate::dream_api::handle(&ctx.memory.state_dir, &other).await {
                 Some(answer) => answer,
-                None => Err(Reject::new(
-                    ErrorCode::BadRequest,
-                    format!("`{}` is not served here", other.op()),
-                )),
+                None => match other {
+                    Request::JobNext {
+                        expr,
+                        tz,
+                        after,
+                        count,
+                    } => job_next(ctx, &expr, tz, after, count),
+                    other => Err(Reject::new(
+                        ErrorCode::BadRequest,
+                        format!("`{}` is not served here", other.op()),
+                    )),
+                },
             },
         },
     };
@@ -1158,4 +1166,40 @@ async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
         }
     }
     sink.send(&Response::End {}).await
+}
+
+/// `job_next`: a schedule's next fires, creating nothing.
+fn job_next(
+    ctx: &Ctx,
+    expr: &str,
+    tz: Option<String>,
+    after: Option<String>,
+    count: u32,
+) -> Result<Response, Reject> {
+    use flyto_actors::plans::schedule::{Schedule, machine_zone, tzdb_version};
+    let bad = |m: String| Reject::new(ErrorCode::BadRequest, m);
+    let tz = tz.unwrap_or_else(machine_zone);
+    let after = match after {
+        Some(a) => chrono::DateTime::parse_from_rfc3339(a.trim())
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| {
+                bad(format!(
+                    "--after `{a}` is not an RFC 3339 instant ({e}): write e.g. 2026-03-08T00:00:00-05:00"
+                ))
+            })?,
+        None => chrono::DateTime::from_timestamp_millis(ctx.clock.now_ms() as i64)
+            .unwrap_or_default(),
+    };
+    let (schedule, warnings) = Schedule::parse(expr, &tz, after).map_err(|e| bad(e.0))?;
+    let count = count.clamp(1, 1000) as usize;
+    Ok(Response::JobNext {
+        instants: schedule
+            .upcoming(after, count)
+            .iter()
+            .map(|t| t.to_rfc3339())
+            .collect(),
+        warnings,
+        tz: schedule.tz.name().to_string(),
+        tzdb: tzdb_version().to_string(),
+    })
 }

@@ -358,6 +358,12 @@ mod tests {
                 project: "/w".into(),
                 run: Some("d1".into()),
             },
+            Request::JobNext {
+                expr: "0 8 * * MON-FRI".into(),
+                tz: Some("Europe/Berlin".into()),
+                after: None,
+                count: 3,
+            },
         ];
         let memory_entry = MemoryEntryView {
             name: "test-command".into(),
@@ -664,6 +670,12 @@ mod tests {
             },
             Response::Dream {
                 json: "{\"outcome\":\"applied\"}".into(),
+            },
+            Response::JobNext {
+                instants: vec!["2026-12-02T08:00:00+01:00".into()],
+                warnings: vec![],
+                tz: "Europe/Berlin".into(),
+                tzdb: "2025b".into(),
             },
         ];
         let mut responses = responses;

@@ -191,6 +191,14 @@ pub enum Request {
         project: String,
         run: Option<String>,
     },
+    /// The next `count` fires of a schedule expression after `after` (an
+    /// RFC 3339 instant; now if none), creating nothing.
+    JobNext {
+        expr: String,
+        tz: Option<String>,
+        after: Option<String>,
+        count: u32,
+    },
 }
 
 impl Request {
@@ -235,6 +243,7 @@ impl Request {
             Request::DreamDiff { .. } => "dream_diff",
             Request::DreamRun { .. } => "dream_run",
             Request::DreamUndo { .. } => "dream_undo",
+            Request::JobNext { .. } => "job_next",
         }
     }
 }
@@ -368,6 +377,13 @@ pub enum Response {
     /// restored version), free-form as the records grow.
     Dream {
         json: String,
+    },
+    /// `job_next`: RFC 3339 instants with the zone's offset.
+    JobNext {
+        instants: Vec<String>,
+        warnings: Vec<String>,
+        tz: String,
+        tzdb: String,
     },
 }
 

@@ -8,6 +8,7 @@ mod dream;
 mod durability;
 mod extraction;
 mod guards;
+mod jobs;
 mod lifecycle;
 mod memory;
 mod plans;

@@ -3,7 +3,6 @@
 //! Parsing reports the first problem with its line; it never guesses.
 
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Longest description, in characters: it is what the index shows.
 pub const MAX_DESCRIPTION: usize = 150;
@@ -222,14 +221,34 @@ pub fn check_description(d: &str) -> Option<String> {
 }
 
 pub fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn parse_time(s: &str) -> Option<u64> {
-    let t = humantime::parse_rfc3339_weak(s.trim()).ok()?;
-    t.duration_since(SystemTime::UNIX_EPOCH)
+    let s = s.trim();
+    let t = chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
         .ok()
-        .map(|d| d.as_millis() as u64)
+        .or_else(|| {
+            // A person may write a date, or a time without its zone (UTC).
+            [
+                "%Y-%m-%d %H:%M:%S",
+                "%Y-%m-%dT%H:%M:%S",
+                "%Y-%m-%d %H:%M",
+                "%Y-%m-%dT%H:%M",
+            ]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())
+            .or_else(|| {
+                chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                    .ok()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+            })
+            .map(|n| n.and_utc())
+        })?;
+    u64::try_from(t.timestamp_millis()).ok()
 }
 
 /// The file's text for `meta` and `body` (the body ends with a newline).

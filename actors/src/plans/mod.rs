@@ -13,6 +13,7 @@ pub mod agent_step;
 pub mod dag;
 pub mod model;
 pub mod reader;
+pub mod schedule;
 pub mod scheduler;
 pub mod store;
 pub mod validate;

@@ -1,0 +1,425 @@
+//! Jobs end to end: schedule semantics through `flytoctl job_next`, the
+//! way a user checks an expression before creating a job.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::TestEnv;
+
+/// (expression, zone, after (exclusive), expected instants). The DST
+/// changes of 2026: New York 8 March 02:00 → 03:00 and 1 November 02:00 →
+/// 01:00; Berlin 29 March 02:00 → 03:00 and 25 October 03:00 → 02:00;
+/// London 29 March 01:00 → 02:00 and 25 October 02:00 → 01:00; Lord Howe
+/// 5 April 02:00 → 01:30 (+11:00 → +10:30) and 4 October 02:00 → 02:30;
+/// Shanghai none. 1 January 2026 is a Thursday.
+const TABLE: &[(&str, &str, &str, &[&str])] = &[
+    // A fixed time in the spring-forward gap fires at the gap's end, once.
+    (
+        "30 2 * * *",
+        "America/New_York",
+        "2026-03-07T12:00:00Z",
+        &[
+            "2026-03-08T03:00:00-04:00",
+            "2026-03-09T02:30:00-04:00",
+            "2026-03-10T02:30:00-04:00",
+        ],
+    ),
+    (
+        "0 2 * * *",
+        "America/New_York",
+        "2026-03-07T12:00:00Z",
+        &["2026-03-08T03:00:00-04:00", "2026-03-09T02:00:00-04:00"],
+    ),
+    // The repeated hour: a fixed time once (first pass), an interval in both.
+    (
+        "30 1 * * *",
+        "America/New_York",
+        "2026-10-31T12:00:00Z",
+        &[
+            "2026-11-01T01:30:00-04:00",
+            "2026-11-02T01:30:00-05:00",
+            "2026-11-03T01:30:00-05:00",
+        ],
+    ),
+    (
+        "*/30 1 * * *",
+        "America/New_York",
+        "2026-10-31T12:00:00Z",
+        &[
+            "2026-11-01T01:00:00-04:00",
+            "2026-11-01T01:30:00-04:00",
+            "2026-11-01T01:00:00-05:00",
+            "2026-11-01T01:30:00-05:00",
+        ],
+    ),
+    // Names and ranges; Friday 6 March, then Monday 9 March after the change.
+    (
+        "0 9 * * MON-FRI",
+        "America/New_York",
+        "2026-03-06T00:00:00Z",
+        &[
+            "2026-03-06T09:00:00-05:00",
+            "2026-03-09T09:00:00-04:00",
+            "2026-03-10T09:00:00-04:00",
+        ],
+    ),
+    (
+        "5 4 * * SUN",
+        "America/New_York",
+        "2026-01-01T00:00:00Z",
+        &["2026-01-04T04:05:00-05:00", "2026-01-11T04:05:00-05:00"],
+    ),
+    (
+        "@monthly",
+        "America/New_York",
+        "2026-01-15T00:00:00Z",
+        &[
+            "2026-02-01T00:00:00-05:00",
+            "2026-03-01T00:00:00-05:00",
+            "2026-04-01T00:00:00-04:00",
+        ],
+    ),
+    // every: whole periods after the epoch, in absolute time (both passes).
+    (
+        "every 15m",
+        "America/New_York",
+        "2026-03-08T06:50:00Z",
+        &[
+            "2026-03-08T03:00:00-04:00",
+            "2026-03-08T03:15:00-04:00",
+            "2026-03-08T03:30:00-04:00",
+        ],
+    ),
+    (
+        "every 30m",
+        "America/New_York",
+        "2026-11-01T05:10:00Z",
+        &[
+            "2026-11-01T01:30:00-04:00",
+            "2026-11-01T01:00:00-05:00",
+            "2026-11-01T01:30:00-05:00",
+            "2026-11-01T02:00:00-05:00",
+        ],
+    ),
+    (
+        "@daily",
+        "Europe/Berlin",
+        "2026-03-28T12:00:00Z",
+        &[
+            "2026-03-29T00:00:00+01:00",
+            "2026-03-30T00:00:00+02:00",
+            "2026-03-31T00:00:00+02:00",
+        ],
+    ),
+    (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "2026-03-28T12:00:00Z",
+        &["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"],
+    ),
+    (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "2026-10-24T12:00:00Z",
+        &["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"],
+    ),
+    (
+        "*/20 2 * * *",
+        "Europe/Berlin",
+        "2026-10-24T12:00:00Z",
+        &[
+            "2026-10-25T02:00:00+02:00",
+            "2026-10-25T02:20:00+02:00",
+            "2026-10-25T02:40:00+02:00",
+            "2026-10-25T02:00:00+01:00",
+            "2026-10-25T02:20:00+01:00",
+            "2026-10-25T02:40:00+01:00",
+        ],
+    ),
+    // 29 February: the next leap years.
+    (
+        "0 0 29 2 *",
+        "Europe/Berlin",
+        "2026-01-01T00:00:00Z",
+        &["2028-02-29T00:00:00+01:00", "2032-02-29T00:00:00+01:00"],
+    ),
+    (
+        "@yearly",
+        "Europe/Berlin",
+        "2026-06-01T00:00:00Z",
+        &["2027-01-01T00:00:00+01:00"],
+    ),
+    (
+        "0 22 * * 1-5",
+        "Europe/Berlin",
+        "2026-03-27T00:00:00Z",
+        &["2026-03-27T22:00:00+01:00", "2026-03-30T22:00:00+02:00"],
+    ),
+    // Monday 30 March, then the first Monday of 2027 (1 January is a Friday).
+    (
+        "0 12 * JAN-MAR MON",
+        "Europe/Berlin",
+        "2026-03-27T00:00:00Z",
+        &["2026-03-30T12:00:00+02:00", "2027-01-04T12:00:00+01:00"],
+    ),
+    (
+        "at 2026-10-25 02:30",
+        "Europe/Berlin",
+        "2026-10-01T00:00:00Z",
+        &["2026-10-25T02:30:00+02:00"],
+    ),
+    (
+        "at 2026-03-29 02:30",
+        "Europe/Berlin",
+        "2026-03-01T00:00:00Z",
+        &["2026-03-29T03:00:00+02:00"],
+    ),
+    // Day-of-month OR day-of-week: the 13th, or any Friday.
+    (
+        "0 12 13 * FRI",
+        "Europe/London",
+        "2026-01-01T00:00:00Z",
+        &[
+            "2026-01-02T12:00:00+00:00",
+            "2026-01-09T12:00:00+00:00",
+            "2026-01-13T12:00:00+00:00",
+            "2026-01-16T12:00:00+00:00",
+        ],
+    ),
+    (
+        "30 1 * * *",
+        "Europe/London",
+        "2026-03-28T12:00:00Z",
+        &["2026-03-29T02:00:00+01:00", "2026-03-30T01:30:00+01:00"],
+    ),
+    (
+        "30 1 * * *",
+        "Europe/London",
+        "2026-10-24T12:00:00Z",
+        &["2026-10-25T01:30:00+01:00", "2026-10-26T01:30:00+00:00"],
+    ),
+    (
+        "0 */6 * * *",
+        "Europe/London",
+        "2026-03-28T20:00:00Z",
+        &[
+            "2026-03-29T00:00:00+00:00",
+            "2026-03-29T06:00:00+01:00",
+            "2026-03-29T12:00:00+01:00",
+            "2026-03-29T18:00:00+01:00",
+        ],
+    ),
+    // 7 is Sunday too.
+    (
+        "0 0 * * 7",
+        "Europe/London",
+        "2026-01-01T00:00:00Z",
+        &["2026-01-04T00:00:00+00:00", "2026-01-11T00:00:00+00:00"],
+    ),
+    (
+        "0 0 1,15 * *",
+        "Europe/London",
+        "2026-02-01T00:00:00Z",
+        &[
+            "2026-02-15T00:00:00+00:00",
+            "2026-03-01T00:00:00+00:00",
+            "2026-03-15T00:00:00+00:00",
+        ],
+    ),
+    // Lord Howe moves by 30 minutes: 02:00-02:30 is missing on 4 October.
+    (
+        "0 2 * * *",
+        "Australia/Lord_Howe",
+        "2026-10-03T00:00:00Z",
+        &["2026-10-04T02:30:00+11:00", "2026-10-05T02:00:00+11:00"],
+    ),
+    // 01:30-02:00 repeats on 5 April; 01:15 is before it.
+    (
+        "15 1 * * *",
+        "Australia/Lord_Howe",
+        "2026-04-04T00:00:00Z",
+        &["2026-04-05T01:15:00+11:00", "2026-04-06T01:15:00+10:30"],
+    ),
+    (
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2026-04-04T00:00:00Z",
+        &["2026-04-05T01:45:00+11:00", "2026-04-06T01:45:00+10:30"],
+    ),
+    (
+        "*/15 1 * * *",
+        "Australia/Lord_Howe",
+        "2026-04-04T00:00:00Z",
+        &[
+            "2026-04-05T01:00:00+11:00",
+            "2026-04-05T01:15:00+11:00",
+            "2026-04-05T01:30:00+11:00",
+            "2026-04-05T01:45:00+11:00",
+            "2026-04-05T01:30:00+10:30",
+            "2026-04-05T01:45:00+10:30",
+        ],
+    ),
+    // After is exclusive: 08:00 local is 00:00 UTC.
+    (
+        "0 8 * * *",
+        "Asia/Shanghai",
+        "2026-01-01T00:00:00Z",
+        &["2026-01-02T08:00:00+08:00", "2026-01-03T08:00:00+08:00"],
+    ),
+    (
+        "0 9 1 JAN,JUL *",
+        "Asia/Shanghai",
+        "2026-01-01T00:00:00Z",
+        &[
+            "2026-01-01T09:00:00+08:00",
+            "2026-07-01T09:00:00+08:00",
+            "2027-01-01T09:00:00+08:00",
+        ],
+    ),
+    (
+        "@hourly",
+        "Asia/Shanghai",
+        "2026-01-01T00:30:00Z",
+        &["2026-01-01T09:00:00+08:00", "2026-01-01T10:00:00+08:00"],
+    ),
+    (
+        "@weekly",
+        "Asia/Shanghai",
+        "2026-01-01T00:00:00Z",
+        &["2026-01-04T00:00:00+08:00", "2026-01-11T00:00:00+08:00"],
+    ),
+    (
+        "every 90m",
+        "Asia/Shanghai",
+        "2026-01-01T00:00:00Z",
+        &["2026-01-01T09:30:00+08:00", "2026-01-01T11:00:00+08:00"],
+    ),
+    // */10 on days 1-31: 1, 11, 21, 31.
+    (
+        "0 0 */10 * *",
+        "Asia/Shanghai",
+        "2026-01-01T00:00:00Z",
+        &[
+            "2026-01-11T00:00:00+08:00",
+            "2026-01-21T00:00:00+08:00",
+            "2026-01-31T00:00:00+08:00",
+            "2026-02-01T00:00:00+08:00",
+        ],
+    ),
+];
+
+fn next(env: &TestEnv, expr: &str, tz: &str, after: &str, n: usize) -> (i32, Vec<String>, String) {
+    let count = n.to_string();
+    let out = env.ctl(&[
+        "job_next", expr, "--tz", tz, "--after", after, "--count", &count, "--json",
+    ]);
+    let instants = if out.code == 0 {
+        serde_json::from_str(&out.stdout).unwrap()
+    } else {
+        Vec::new()
+    };
+    (out.code, instants, out.stderr)
+}
+
+#[test]
+fn job_next_follows_the_stated_semantics_across_zones_and_dst() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let mut wrong = Vec::new();
+    for (expr, tz, after, want) in TABLE {
+        let (code, got, stderr) = next(&env, expr, tz, after, want.len());
+        if code != 0 || got != *want {
+            wrong.push(format!(
+                "{expr} in {tz} after {after}: got {got:?} ({stderr}), want {want:?}"
+            ));
+        }
+    }
+    assert!(TABLE.len() >= 30);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn ambiguous_expressions_are_accepted_with_a_warning_and_bad_ones_refused() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    // Two times inside New York's gap on 8 March: not fired that day.
+    let (code, got, stderr) = next(
+        &env,
+        "0,30 2 * * *",
+        "America/New_York",
+        "2026-03-07T12:00:00Z",
+        3,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        got,
+        [
+            "2026-03-09T02:00:00-04:00",
+            "2026-03-09T02:30:00-04:00",
+            "2026-03-10T02:00:00-04:00"
+        ]
+    );
+    assert!(
+        stderr
+            .contains("warning: `0,30 2 * * *` names local times that do not exist on 2026-03-08"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("next fires: 2026-03-09T02:00:00-04:00"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = next(
+        &env,
+        "0 9 */2 * MON",
+        "America/New_York",
+        "2026-01-01T00:00:00Z",
+        3,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("day-of-month `*/2` with a restricted day-of-week `MON`"),
+        "{stderr}"
+    );
+    // ORed: the odd days, and Monday the 12th.
+    let (_, got, _) = next(
+        &env,
+        "0 9 */2 * MON",
+        "America/New_York",
+        "2026-01-10T00:00:00Z",
+        4,
+    );
+    assert_eq!(
+        got,
+        [
+            "2026-01-11T09:00:00-05:00",
+            "2026-01-12T09:00:00-05:00",
+            "2026-01-13T09:00:00-05:00",
+            "2026-01-15T09:00:00-05:00"
+        ]
+    );
+
+    for (expr, tz, says) in [
+        ("0 25 * * *", "UTC", "the hour field `25` is invalid"),
+        (
+            "0 8 * * *",
+            "Europe/Atlantis",
+            "unknown time zone `Europe/Atlantis`",
+        ),
+        ("0 0 31 4 *", "UTC", "never fires"),
+        ("at 2026-01-01 08:00", "UTC", "is in the past"),
+        ("every soon", "UTC", "is not a period"),
+    ] {
+        let (code, _, stderr) = next(&env, expr, tz, "2026-06-01T00:00:00Z", 1);
+        assert_ne!(code, 0, "{expr} was accepted");
+        assert!(stderr.contains(says), "{expr}: {stderr}");
+    }
+    let out = env.ctl(&["job_next", "@daily", "--after", "yesterday"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("--after `yesterday` is not an RFC 3339 instant"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.ctl(&["ping"]).code, 0);
+}
