@@ -95,7 +95,8 @@ fn activated() -> anyhow::Result<Option<UnixListener>> {
 }
 
 fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
-    if !dir.exists() {
+    let created = !dir.exists();
+    if created {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create socket directory {}", dir.display()))?;
     }
@@ -109,7 +110,12 @@ fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
             meta.uid()
         );
     }
-    if meta.mode() & 0o077 != 0 {
+    // A shared folder the user named (`--socket /tmp/flyto.sock` as root,
+    // whose /tmp it is) keeps its mode: tightening /tmp would break the
+    // machine. Sticky or world-writable means shared; there the socket
+    // file's 0600 is what keeps others out.
+    let shared = !created && meta.mode() & 0o1002 != 0;
+    if meta.mode() & 0o077 != 0 && !shared {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot make {} private (0700)", dir.display()))?;
     }

@@ -652,3 +652,22 @@ fn stale_plan_sockets_are_removed_at_start() {
     assert!(live.exists(), "a socket that answers is kept");
     assert!(other.exists(), "only plan sockets are flytod's");
 }
+
+#[test]
+fn a_socket_in_a_shared_folder_leaves_the_folder_as_it_was() {
+    let env = TestEnv::new("");
+    let shared = env.tmp.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = shared.join("flytod.sock");
+    let sock_arg = sock.display().to_string();
+    let _daemon = env
+        .try_start(&[("FLYTO_SOCK", sock_arg.as_str())])
+        .unwrap_or_else(|log| panic!("{log}"));
+    assert_eq!(mode(&sock), 0o600, "socket mode");
+    assert_eq!(
+        std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777,
+        0o1777,
+        "the shared folder was changed"
+    );
+}
