@@ -69,3 +69,265 @@ pub fn next(ctx: &Ctx, args: NextArgs) -> Result<u8> {
         other => Err(unexpected("job_next", &other)),
     }
 }
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// When it fires (see `flytoctl job_next --help`)
+    #[arg(long, value_name = "EXPR")]
+    pub schedule: Option<String>,
+    /// IANA time zone [default: the machine's]
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// What the agent does at each run (one agent step)
+    #[arg(long, conflicts_with = "plan")]
+    pub prompt: Option<String>,
+    /// A whole plan file (TOML or JSON) to submit at each run
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<std::path::PathBuf>,
+    /// isolated: a new session per run; persistent: one session across runs
+    #[arg(long)]
+    pub mode: Option<String>,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where a prompt job's agent works [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<std::path::PathBuf>,
+    /// A run's time limit (90, 5m, 1h)
+    #[arg(long, value_name = "D")]
+    pub timeout: Option<String>,
+    /// Stop the job at this time (RFC 3339, or a local date and time)
+    #[arg(long, value_name = "AT")]
+    pub expires: Option<String>,
+    /// A channel binding to notify (checked once channels exist)
+    #[arg(long)]
+    pub notify: Option<String>,
+    /// Disable the job after this many failed runs in a row [default: 5]
+    #[arg(long, value_name = "N")]
+    pub max_failures: Option<u32>,
+    /// A fixed per-job delay of at most this many seconds
+    #[arg(long, value_name = "SECS")]
+    pub jitter: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The job's id (j3) or name
+    pub id: String,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The job's id (j3) or name
+    pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn spec(args: &JobArgs, creating: bool) -> Result<flyto_protocol::JobSpec> {
+    let plan = args
+        .plan
+        .as_deref()
+        .map(|p| crate::plan_file::load(Some(p)))
+        .transpose()?;
+    let workdir = match (&args.workdir, creating && plan.is_none()) {
+        (Some(d), _) => Some(crate::cmd_session::workdir_or_cwd(Some(d))?),
+        (None, true) => Some(crate::cmd_session::workdir_or_cwd(None)?),
+        (None, false) => None,
+    };
+    let timeout_secs = args
+        .timeout
+        .as_deref()
+        .map(crate::plan_file::parse_timeout)
+        .transpose()
+        .map_err(|e| crate::exit::usage(format!("--timeout: {e}")))?;
+    Ok(flyto_protocol::JobSpec {
+        schedule: args.schedule.clone(),
+        tz: args.tz.clone(),
+        prompt: args.prompt.clone(),
+        plan,
+        mode: args.mode.clone(),
+        name: args.name.clone(),
+        workdir,
+        timeout_secs,
+        expires: args.expires.clone(),
+        notify: args.notify.clone(),
+        max_consecutive_failures: args.max_failures,
+        jitter_secs: args.jitter,
+    })
+}
+
+fn print(text: &str) -> Result<()> {
+    output::stdout(&for_tty(text, std::io::stdout().is_terminal()))
+}
+
+fn job_text(j: &flyto_protocol::JobView) -> String {
+    let next = match (&j.next_fire, &j.next_fire_utc) {
+        (Some(local), Some(utc)) => format!("{local} ({utc})"),
+        _ => "-".into(),
+    };
+    format!(
+        "{} {}{} [{}]\n  schedule: {} ({}), mode {}\n  next fire: {next}\n  last: {}; failures in a row: {} of {}\n  runs: {}\n",
+        j.id,
+        j.state,
+        j.name
+            .as_ref()
+            .map_or_else(String::new, |n| format!(" `{n}`")),
+        j.workdir.as_deref().unwrap_or("-"),
+        j.schedule,
+        j.tz,
+        j.mode,
+        j.last_outcome.as_deref().unwrap_or("-"),
+        j.consecutive_failures,
+        j.max_consecutive_failures,
+        j.what,
+    )
+}
+
+fn answer_job(resp: Response, op: &str, json: bool, verb: &str) -> Result<u8> {
+    match resp {
+        Response::Job { job, warnings } => {
+            for w in &warnings {
+                eprintln!("flytoctl: warning: {w}");
+            }
+            if json {
+                print(&format!("{}\n", serde_json::to_string_pretty(&job)?))?;
+            } else {
+                print(&format!("{verb} {}\n{}", job.id, job_text(&job)))?;
+            }
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected(op, &other)),
+    }
+}
+
+pub fn create(ctx: &Ctx, args: JobArgs) -> Result<u8> {
+    let spec = spec(&args, true)?;
+    answer_job(
+        ctx.request(&Request::JobCreate { spec })?,
+        "job_create",
+        args.json,
+        "created",
+    )
+}
+
+pub fn update(ctx: &Ctx, args: UpdateArgs) -> Result<u8> {
+    let spec = spec(&args.job, false)?;
+    answer_job(
+        ctx.request(&Request::JobUpdate { id: args.id, spec })?,
+        "job_update",
+        args.job.json,
+        "updated",
+    )
+}
+
+pub fn pause(ctx: &Ctx, args: IdArgs) -> Result<u8> {
+    answer_job(
+        ctx.request(&Request::JobPause { id: args.id })?,
+        "job_pause",
+        args.json,
+        "paused",
+    )
+}
+
+pub fn resume(ctx: &Ctx, args: IdArgs) -> Result<u8> {
+    answer_job(
+        ctx.request(&Request::JobResume { id: args.id })?,
+        "job_resume",
+        args.json,
+        "resumed",
+    )
+}
+
+pub fn delete(ctx: &Ctx, args: IdArgs) -> Result<u8> {
+    answer_job(
+        ctx.request(&Request::JobDelete { id: args.id })?,
+        "job_delete",
+        args.json,
+        "deleted",
+    )
+}
+
+pub fn run(ctx: &Ctx, args: IdArgs) -> Result<u8> {
+    match ctx.request(&Request::JobRun { id: args.id })? {
+        Response::JobRan { id, plan } => {
+            if args.json {
+                print(&format!(
+                    "{}\n",
+                    serde_json::json!({"job": id, "plan": plan})
+                ))?;
+            } else {
+                print(&format!("{id}: submitted {plan} (a manual run)\n"))?;
+            }
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("job_run", &other)),
+    }
+}
+
+pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
+    match ctx.request(&Request::JobList {})? {
+        Response::Jobs { jobs, tzdb } => {
+            if args.json {
+                print(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&serde_json::json!({"jobs": jobs, "tzdb": tzdb}))?
+                ))?;
+            } else if jobs.is_empty() {
+                print(&format!(
+                    "no jobs (tz database {tzdb}); `flytoctl job_create --help` says how to make one\n"
+                ))?;
+            } else {
+                let text: String = jobs.iter().map(job_text).collect();
+                print(&format!("{text}(tz database {tzdb})\n"))?;
+            }
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("job_list", &other)),
+    }
+}
+
+pub fn show(ctx: &Ctx, args: IdArgs) -> Result<u8> {
+    match ctx.request(&Request::JobShow { id: args.id })? {
+        Response::JobHistory { job, fires } => {
+            if args.json {
+                print(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&serde_json::json!({"job": job, "fires": fires}))?
+                ))?;
+                return Ok(exit::SUCCESS);
+            }
+            let mut text = job_text(&job);
+            if fires.is_empty() {
+                text.push_str("  no fires yet\n");
+            }
+            for f in &fires {
+                text.push_str(&format!(
+                    "  {}{} {}{}{}\n",
+                    f.instant,
+                    if f.manual { " (manual)" } else { "" },
+                    f.outcome,
+                    f.plan_state
+                        .as_ref()
+                        .map_or_else(String::new, |s| format!(", {s}")),
+                    f.duration_ms.map_or_else(String::new, |d| format!(
+                        " in {}",
+                        crate::format::duration(d)
+                    )),
+                ));
+            }
+            print(&text)?;
+            Ok(exit::SUCCESS)
+        }
+        other => Err(unexpected("job_show", &other)),
+    }
+}

@@ -265,6 +265,38 @@ enum Command {
     #[command(name = "job_next")]
     JobNext(cmd_jobs::NextArgs),
 
+    /// Create a job: a schedule that submits a plan (one agent prompt, or a plan file)
+    #[command(name = "job_create")]
+    JobCreate(cmd_jobs::JobArgs),
+
+    /// Change a job's fields (the ones given)
+    #[command(name = "job_update")]
+    JobUpdate(cmd_jobs::UpdateArgs),
+
+    /// Jobs: next fire (local and UTC), last outcome, failures in a row, state
+    #[command(name = "job_list")]
+    JobList(cmd_jobs::ListArgs),
+
+    /// A job's definition and its fires: instant, plan, outcome, duration
+    #[command(name = "job_show")]
+    JobShow(cmd_jobs::IdArgs),
+
+    /// Stop a job firing until job_resume
+    #[command(name = "job_pause")]
+    JobPause(cmd_jobs::IdArgs),
+
+    /// Let a paused or stopped job fire again, from now on
+    #[command(name = "job_resume")]
+    JobResume(cmd_jobs::IdArgs),
+
+    /// Delete a job and its fire records (its plans stay)
+    #[command(name = "job_delete")]
+    JobDelete(cmd_jobs::IdArgs),
+
+    /// Run a job once now, outside its schedule (recorded as manual)
+    #[command(name = "job_run")]
+    JobRun(cmd_jobs::IdArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -374,6 +406,14 @@ fn run(cli: Cli) -> Result<u8> {
         Command::DreamRun(args) => cmd_dream::run(&ctx, args),
         Command::DreamUndo(args) => cmd_dream::undo(&ctx, args),
         Command::JobNext(args) => cmd_jobs::next(&ctx, args),
+        Command::JobCreate(args) => cmd_jobs::create(&ctx, args),
+        Command::JobUpdate(args) => cmd_jobs::update(&ctx, args),
+        Command::JobList(args) => cmd_jobs::list(&ctx, args),
+        Command::JobShow(args) => cmd_jobs::show(&ctx, args),
+        Command::JobPause(args) => cmd_jobs::pause(&ctx, args),
+        Command::JobResume(args) => cmd_jobs::resume(&ctx, args),
+        Command::JobDelete(args) => cmd_jobs::delete(&ctx, args),
+        Command::JobRun(args) => cmd_jobs::run(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

@@ -438,6 +438,31 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         )
     };
     let (dream_spec, dream_config) = dream_spec;
+    let jobs_spec = {
+        let job_store = flyto_actors::plans::jobs::JobStore::open(store.clone())?;
+        let reader = reader.clone();
+        let clock = clock.clone();
+        ChildSpec {
+            name: "jobs".into(),
+            start: Arc::new(move |sup| {
+                let args = flyto_actors::plans::jobs_actor::JobsArgs {
+                    store: job_store.clone(),
+                    reader: reader.clone(),
+                    clock: clock.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(
+                        Some(flyto_actors::plans::jobs_actor::JOBS_NAME.into()),
+                        flyto_actors::plans::jobs_actor::JobsActor,
+                        args,
+                        sup,
+                    )
+                    .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
     let sessions_spec = {
         let deps = session_deps.clone();
         ChildSpec {
@@ -470,6 +495,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 sessions_spec,
                 dream_spec,
                 scheduler_spec,
+                jobs_spec,
             ],
             policy: config.restart_policy(),
             restarts: restarts.clone(),

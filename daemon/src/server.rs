@@ -905,6 +905,14 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                         after,
                         count,
                     } => job_next(ctx, &expr, tz, after, count),
+                    other @ (Request::JobCreate { .. }
+                    | Request::JobUpdate { .. }
+                    | Request::JobList {}
+                    | Request::JobShow { .. }
+                    | Request::JobPause { .. }
+                    | Request::JobResume { .. }
+                    | Request::JobDelete { .. }
+                    | Request::JobRun { .. }) => jobs_request(other).await,
                     other => Err(Reject::new(
                         ErrorCode::BadRequest,
                         format!("`{}` is not served here", other.op()),
@@ -1202,4 +1210,88 @@ fn job_next(
         tz: schedule.tz.name().to_string(),
         tzdb: tzdb_version().to_string(),
     })
+}
+
+/// The `job_*` requests, asked of the jobs actor.
+async fn jobs_request(req: Request) -> Result<Response, Reject> {
+    use flyto_actors::plans::jobs_actor::{JOBS_NAME, JobsMsg, tzdb};
+    let Some(cell) = ractor::registry::where_is(JOBS_NAME.into()) else {
+        return Err(Reject::new(
+            ErrorCode::Unavailable,
+            "the jobs service is not running (it restarts after a failure): try again shortly",
+        ));
+    };
+    let jobs = ractor::ActorRef::<JobsMsg>::from(cell);
+    let wait = Some(Duration::from_secs(30));
+    let gone = || {
+        Reject::new(
+            ErrorCode::Unavailable,
+            "the jobs service did not answer: try again",
+        )
+    };
+    macro_rules! ask {
+        ($build:expr) => {
+            match jobs.call($build, wait).await {
+                Ok(ractor::rpc::CallResult::Success(r)) => r,
+                _ => Err(gone()),
+            }
+        };
+    }
+    match req {
+        Request::JobCreate { spec } => ask!(|reply| JobsMsg::Create {
+            spec: Box::new(spec.clone()),
+            reply
+        })
+        .map(|(job, warnings)| Response::Job { job, warnings }),
+        Request::JobUpdate { id, spec } => ask!(|reply| JobsMsg::Update {
+            id: id.clone(),
+            spec: Box::new(spec.clone()),
+            reply
+        })
+        .map(|(job, warnings)| Response::Job { job, warnings }),
+        Request::JobList {} => ask!(|reply| JobsMsg::List { reply }).map(|jobs| Response::Jobs {
+            jobs,
+            tzdb: tzdb().into(),
+        }),
+        Request::JobShow { id } => ask!(|reply| JobsMsg::Show {
+            id: id.clone(),
+            reply
+        })
+        .map(|(job, fires)| Response::JobHistory { job, fires }),
+        Request::JobPause { id } => ask!(|reply| JobsMsg::SetEnabled {
+            id: id.clone(),
+            enabled: false,
+            reply
+        })
+        .map(|job| Response::Job {
+            job,
+            warnings: Vec::new(),
+        }),
+        Request::JobResume { id } => ask!(|reply| JobsMsg::SetEnabled {
+            id: id.clone(),
+            enabled: true,
+            reply
+        })
+        .map(|job| Response::Job {
+            job,
+            warnings: Vec::new(),
+        }),
+        Request::JobDelete { id } => ask!(|reply| JobsMsg::Delete {
+            id: id.clone(),
+            reply
+        })
+        .map(|job| Response::Job {
+            job,
+            warnings: Vec::new(),
+        }),
+        Request::JobRun { id } => ask!(|reply| JobsMsg::RunNow {
+            id: id.clone(),
+            reply
+        })
+        .map(|plan| Response::JobRan { id, plan }),
+        other => Err(Reject::new(
+            ErrorCode::BadRequest,
+            format!("`{}` is not a job request", other.op()),
+        )),
+    }
 }

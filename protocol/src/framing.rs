@@ -364,6 +364,23 @@ mod tests {
                 after: None,
                 count: 3,
             },
+            Request::JobCreate {
+                spec: JobSpec {
+                    schedule: Some("@daily".into()),
+                    prompt: Some("summarise".into()),
+                    ..JobSpec::default()
+                },
+            },
+            Request::JobUpdate {
+                id: "j1".into(),
+                spec: JobSpec::default(),
+            },
+            Request::JobList {},
+            Request::JobShow { id: "j1".into() },
+            Request::JobPause { id: "j1".into() },
+            Request::JobResume { id: "j1".into() },
+            Request::JobDelete { id: "j1".into() },
+            Request::JobRun { id: "j1".into() },
         ];
         let memory_entry = MemoryEntryView {
             name: "test-command".into(),
@@ -676,6 +693,39 @@ mod tests {
                 warnings: vec![],
                 tz: "Europe/Berlin".into(),
                 tzdb: "2025b".into(),
+            },
+            Response::JobRan {
+                id: "j1".into(),
+                plan: "p3".into(),
+            },
+            Response::JobHistory {
+                job: JobView {
+                    id: "j1".into(),
+                    name: None,
+                    schedule: "@daily".into(),
+                    tz: "UTC".into(),
+                    mode: "isolated".into(),
+                    state: "active".into(),
+                    next_fire: None,
+                    next_fire_utc: None,
+                    last_outcome: None,
+                    consecutive_failures: 0,
+                    max_consecutive_failures: 5,
+                    workdir: None,
+                    what: "summarise".into(),
+                    timeout_secs: None,
+                    expires: None,
+                    created_ms: 1,
+                },
+                fires: vec![FireView {
+                    instant: "2026-12-02T00:00:00+00:00".into(),
+                    at_ms: 2,
+                    manual: false,
+                    outcome: "submitted p3".into(),
+                    plan: Some("p3".into()),
+                    plan_state: None,
+                    duration_ms: None,
+                }],
             },
         ];
         let mut responses = responses;

@@ -199,6 +199,90 @@ pub enum Request {
         after: Option<String>,
         count: u32,
     },
+    JobCreate {
+        spec: JobSpec,
+    },
+    /// Changes the fields `spec` sets (the others stay).
+    JobUpdate {
+        id: String,
+        spec: JobSpec,
+    },
+    JobList {},
+    /// The job and its fires.
+    JobShow {
+        id: String,
+    },
+    JobPause {
+        id: String,
+    },
+    JobResume {
+        id: String,
+    },
+    JobDelete {
+        id: String,
+    },
+    /// One run now, outside the schedule, recorded as manual.
+    JobRun {
+        id: String,
+    },
+}
+
+/// What `job_create` and `job_update` set; `None` leaves a field as it is
+/// (on create: its default).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub schedule: Option<String>,
+    pub tz: Option<String>,
+    /// One agent step with this prompt, or `plan`.
+    pub prompt: Option<String>,
+    pub plan: Option<PlanSpec>,
+    /// `isolated` or `persistent`.
+    pub mode: Option<String>,
+    pub name: Option<String>,
+    pub workdir: Option<String>,
+    pub timeout_secs: Option<u64>,
+    /// RFC 3339, or a local date and time in the job's zone.
+    pub expires: Option<String>,
+    pub notify: Option<String>,
+    pub max_consecutive_failures: Option<u32>,
+    pub jitter_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: String,
+    pub name: Option<String>,
+    pub schedule: String,
+    pub tz: String,
+    pub mode: String,
+    /// `active`, `paused`, or `stopped: <why>`.
+    pub state: String,
+    /// RFC 3339 in the job's zone, and in UTC.
+    pub next_fire: Option<String>,
+    pub next_fire_utc: Option<String>,
+    pub last_outcome: Option<String>,
+    pub consecutive_failures: u32,
+    pub max_consecutive_failures: u32,
+    pub workdir: Option<String>,
+    /// The prompt, or "plan: <n> steps".
+    pub what: String,
+    pub timeout_secs: Option<u64>,
+    pub expires: Option<String>,
+    pub created_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FireView {
+    /// The scheduled instant (RFC 3339 in the job's zone).
+    pub instant: String,
+    pub at_ms: u64,
+    pub manual: bool,
+    /// `submitted`, `skipped (still running)`, `missed 3 (first …)`, …
+    pub outcome: String,
+    pub plan: Option<String>,
+    /// The plan's state now, when it still exists.
+    pub plan_state: Option<String>,
+    pub duration_ms: Option<u64>,
 }
 
 impl Request {
@@ -244,6 +328,14 @@ impl Request {
             Request::DreamRun { .. } => "dream_run",
             Request::DreamUndo { .. } => "dream_undo",
             Request::JobNext { .. } => "job_next",
+            Request::JobCreate { .. } => "job_create",
+            Request::JobUpdate { .. } => "job_update",
+            Request::JobList {} => "job_list",
+            Request::JobShow { .. } => "job_show",
+            Request::JobPause { .. } => "job_pause",
+            Request::JobResume { .. } => "job_resume",
+            Request::JobDelete { .. } => "job_delete",
+            Request::JobRun { .. } => "job_run",
         }
     }
 }
@@ -384,6 +476,24 @@ pub enum Response {
         warnings: Vec<String>,
         tz: String,
         tzdb: String,
+    },
+    /// `job_create`, `job_update`, `job_pause`, `job_resume`, `job_delete`.
+    Job {
+        job: JobView,
+        warnings: Vec<String>,
+    },
+    Jobs {
+        jobs: Vec<JobView>,
+        tzdb: String,
+    },
+    JobHistory {
+        job: JobView,
+        fires: Vec<FireView>,
+    },
+    /// `job_run`: the plan of the manual run.
+    JobRan {
+        id: String,
+        plan: String,
     },
 }
 

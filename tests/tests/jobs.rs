@@ -423,3 +423,229 @@ fn ambiguous_expressions_are_accepted_with_a_warning_and_bad_ones_refused() {
     );
     assert_eq!(env.ctl(&["ping"]).code, 0);
 }
+
+use serde_json::Value;
+
+/// A plan file with one `run` step.
+fn plan_file(env: &TestEnv, name: &str, run: &str) -> String {
+    let path = env.work.join(format!("{name}.toml"));
+    std::fs::create_dir_all(&env.work).unwrap();
+    std::fs::write(&path, format!("[[steps]]\nid = \"s\"\nrun = \"{run}\"\n")).unwrap();
+    path.display().to_string()
+}
+
+fn json(env: &TestEnv, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = env.ctl(&all);
+    assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn fires(env: &TestEnv, id: &str) -> Vec<Value> {
+    json(env, &["job_show", id])["fires"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn create(env: &TestEnv, args: &[&str]) -> String {
+    let mut all = vec!["job_create"];
+    all.extend_from_slice(args);
+    json(env, &all)["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_job_submits_one_plan_per_instant_and_shows_its_runs() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let plan = plan_file(&env, "tick", "echo tick");
+    let id = create(
+        &env,
+        &[
+            "--schedule",
+            "every 1s",
+            "--plan",
+            &plan,
+            "--name",
+            "ticker",
+        ],
+    );
+    let seen = flyto_tests::wait_until("three fires", flyto_tests::DEADLINE, || {
+        let f = fires(&env, &id);
+        (f.len() >= 3).then_some(f)
+    });
+    let instants: Vec<&str> = seen
+        .iter()
+        .map(|f| f["instant"].as_str().unwrap())
+        .collect();
+    let mut unique = instants.clone();
+    unique.dedup();
+    assert_eq!(unique, instants, "an instant fired twice");
+    let plans: Vec<&str> = seen.iter().filter_map(|f| f["plan"].as_str()).collect();
+    let mut distinct = plans.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), plans.len(), "two fires share a plan");
+    assert!(
+        seen.iter()
+            .all(|f| f["outcome"].as_str().unwrap().starts_with("submitted")),
+        "{seen:?}"
+    );
+    let list = json(&env, &["job_list"]);
+    assert_eq!(list["jobs"][0]["name"], "ticker");
+    assert!(list["jobs"][0]["next_fire_utc"].is_string());
+    assert!(list["tzdb"].as_str().unwrap().len() >= 5);
+
+    // Paused, nothing fires; a manual run still does, recorded as manual.
+    json(&env, &["job_pause", "ticker"]);
+    let ran = json(&env, &["job_run", "ticker"]);
+    let plan_id = ran["plan"].as_str().unwrap().to_string();
+    let f = fires(&env, &id);
+    let manual: Vec<&Value> = f.iter().filter(|f| f["manual"] == true).collect();
+    assert_eq!(manual.len(), 1);
+    assert_eq!(manual[0]["plan"], plan_id.as_str());
+    assert_eq!(json(&env, &["job_show", &id])["job"]["state"], "paused");
+    json(&env, &["job_delete", &id]);
+    let out = env.ctl(&["job_show", &id]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains(&format!("no job `{id}`")),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn downtime_is_one_missed_record_and_a_running_run_is_not_overlapped() {
+    let env = TestEnv::new("");
+    let daemon = env.start();
+    let slow = plan_file(&env, "slow", "sleep 30");
+    let id = create(&env, &["--schedule", "every 1s", "--plan", &slow]);
+    // The first run outlasts the period: the next fires are skipped.
+    let f = flyto_tests::wait_until("a skipped fire", flyto_tests::DEADLINE, || {
+        let f = fires(&env, &id);
+        f.iter()
+            .any(|f| f["outcome"] == "skipped (still running)")
+            .then_some(f)
+    });
+    let submitted = f
+        .iter()
+        .filter(|f| f["outcome"].as_str().unwrap().starts_with("submitted"))
+        .count();
+    assert_eq!(submitted, 1, "{f:?}");
+    // flytod is down for a simulated hour: no burst, one missed record.
+    daemon.kill9();
+    let hour = (3_600_000).to_string();
+    let _daemon = env
+        .try_start(&[("FLYTO_CLOCK_OFFSET_MS", hour.as_str())])
+        .unwrap();
+    let f = fires(&env, &id);
+    let missed: Vec<&Value> = f
+        .iter()
+        .filter(|f| f["outcome"].as_str().unwrap().starts_with("missed"))
+        .collect();
+    assert_eq!(missed.len(), 1, "{f:?}");
+    let n: u64 = missed[0]["outcome"].as_str().unwrap()["missed ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 3590, "{}", missed[0]["outcome"]);
+}
+
+#[test]
+fn a_crash_between_recording_a_fire_and_submitting_it_still_gives_one_plan() {
+    let env = TestEnv::new("");
+    let mut daemon = env
+        .try_start(&[("FLYTO_TEST_CRASH_AT", "job-before-submit")])
+        .unwrap();
+    let plan = plan_file(&env, "once", "echo once");
+    let out = env.ctl(&["job_create", "--schedule", "every 1s", "--plan", &plan]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    daemon.wait_exit(flyto_tests::DEADLINE);
+    let _daemon = env.start();
+    let f = flyto_tests::wait_until(
+        "the fire submitted after the restart",
+        flyto_tests::DEADLINE,
+        || {
+            let f = fires(&env, "j1");
+            let done = f
+                .first()
+                .is_some_and(|f| f["outcome"].as_str().unwrap().starts_with("submitted"));
+            done.then_some(f)
+        },
+    );
+    let first = f[0]["instant"].as_str().unwrap();
+    // The plan of that instant exists once, under the fire's key.
+    let plans = json(&env, &["plan_list"]);
+    let named: Vec<&Value> = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["id"] == f[0]["plan"])
+        .collect();
+    assert_eq!(named.len(), 1, "{first}: {plans}");
+    let instants: Vec<&str> = f.iter().map(|f| f["instant"].as_str().unwrap()).collect();
+    let mut unique = instants.clone();
+    unique.dedup();
+    assert_eq!(unique, instants);
+}
+
+#[test]
+fn bad_job_input_gets_a_clear_error() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let bad_plan = env.work.join("bad.toml");
+    std::fs::create_dir_all(&env.work).unwrap();
+    std::fs::write(&bad_plan, "[[steps]]\nid = \"s\"\n").unwrap();
+    let bad_plan = bad_plan.display().to_string();
+    for (args, says) in [
+        (
+            vec!["--schedule", "0 25 * * *", "--prompt", "x"],
+            "the hour field `25` is invalid",
+        ),
+        (
+            vec![
+                "--schedule",
+                "0 8 * * *",
+                "--tz",
+                "Moon/Base",
+                "--prompt",
+                "x",
+            ],
+            "unknown time zone `Moon/Base`",
+        ),
+        (
+            vec!["--schedule", "0 0 30 2 *", "--prompt", "x"],
+            "never fires",
+        ),
+        (
+            vec!["--schedule", "at 2020-01-01 08:00", "--prompt", "x"],
+            "is in the past",
+        ),
+        (
+            vec!["--schedule", "@daily", "--plan", &bad_plan],
+            "not a valid plan",
+        ),
+        (vec!["--schedule", "@daily"], "a job needs what to run"),
+        (vec!["--prompt", "x"], "a job needs --schedule"),
+        (
+            vec!["--schedule", "@daily", "--prompt", "x", "--mode", "shared"],
+            "mode `shared` is not known",
+        ),
+    ] {
+        let mut all = vec!["job_create"];
+        all.extend(args.iter().copied());
+        let out = env.ctl(&all);
+        assert_ne!(out.code, 0, "{args:?} was accepted");
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
+    assert!(
+        json(&env, &["job_list"])["jobs"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}

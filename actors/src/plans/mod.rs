@@ -11,6 +11,8 @@
 
 pub mod agent_step;
 pub mod dag;
+pub mod jobs;
+pub mod jobs_actor;
 pub mod model;
 pub mod reader;
 pub mod schedule;

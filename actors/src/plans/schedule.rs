@@ -26,7 +26,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use std::time::Duration;
 
 /// Shortest `every` period.
-pub const MIN_EVERY: Duration = Duration::from_secs(60);
+pub const MIN_EVERY: Duration = Duration::from_secs(1);
 /// How far ahead a warning looks for DST gaps.
 const GAP_LOOKAHEAD_DAYS: i64 = 400;
 
@@ -203,7 +203,7 @@ fn parse_every(rest: &str) -> Result<Duration, ScheduleError> {
     })?;
     if d < MIN_EVERY {
         return err(format!(
-            "`every {}` is shorter than the shortest period, 1 minute",
+            "`every {}` is shorter than the shortest period, 1 second",
             rest.trim()
         ));
     }

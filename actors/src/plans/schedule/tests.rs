@@ -27,7 +27,7 @@ fn bad_schedules_say_what_is_wrong() {
         e.contains("is in the past (2025-06-01T08:00:00+02:00)"),
         "{e}"
     );
-    let e = refused("every 10s", "UTC");
+    let e = refused("every 500ms", "UTC");
     assert!(e.contains("shorter than the shortest period"), "{e}");
     let e = refused("@reboot", "UTC");
     assert!(e.contains("not a schedule nickname"), "{e}");

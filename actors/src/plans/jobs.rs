@@ -1,0 +1,278 @@
+//! jobs: a job is a schedule that submits plans through the one execution
+//! path (the scheduler's `Submit`). This module holds the records and their
+//! storage (sled tree `jobs`, through the store's group commit): `j<id>` a
+//! job, `f<id><instant>` a fire. A fire is keyed by (job, scheduled instant
+//! in UTC) and written durably before its plan is submitted; the plan's
+//! idempotency key is derived from it, so a crash anywhere between the two
+//! resubmits the same plan under the same key and the scheduler answers
+//! the plan it already has: one plan per instant.
+
+use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
+use flyto_protocol::PlanSpec;
+use serde::{Deserialize, Serialize};
+
+pub const JOB_FORMAT_VERSION: u32 = 1;
+pub const FIRE_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// A new session per run.
+    Isolated,
+    /// One session, named after the job, keeps its history across runs.
+    Persistent,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Isolated => "isolated",
+            Mode::Persistent => "persistent",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "isolated" => Some(Mode::Isolated),
+            "persistent" => Some(Mode::Persistent),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Template {
+    /// One agent step with this prompt.
+    Prompt(String),
+    /// A whole plan.
+    Plan(PlanSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: u64,
+    pub name: Option<String>,
+    pub schedule: String,
+    pub tz: String,
+    pub template: Template,
+    pub mode: Mode,
+    pub workdir: Option<String>,
+    pub timeout_secs: Option<u64>,
+    pub notify: Option<String>,
+    pub enabled: bool,
+    pub expires_ms: Option<u64>,
+    pub max_consecutive_failures: u32,
+    /// At most this many seconds of fixed, per-job offset.
+    pub jitter_secs: u64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// The latest scheduled instant handled (fired, skipped or missed):
+    /// fires after a restart start after it.
+    pub handled_ms: Option<u64>,
+    pub consecutive_failures: u32,
+    /// Why the job stopped by itself (failures, expiry, a one-shot done).
+    pub stopped: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FireOutcome {
+    /// Recorded; the plan is being submitted.
+    Firing,
+    Submitted {
+        plan: String,
+    },
+    Skipped {
+        why: String,
+    },
+    /// Downtime covered `count` instants, `first` to the key's instant.
+    Missed {
+        count: u64,
+        first_ms: u64,
+    },
+    Failed {
+        why: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FireRecord {
+    pub job: u64,
+    pub instant_ms: u64,
+    /// When it was recorded.
+    pub at_ms: u64,
+    pub manual: bool,
+    pub outcome: FireOutcome,
+    /// The plan submitted (kept, so a resubmit after a crash is the same
+    /// plan under the same key even if the job was edited since).
+    pub plan: Option<PlanSpec>,
+}
+
+pub fn format_id(id: u64) -> String {
+    format!("j{id}")
+}
+
+pub fn parse_id(s: &str) -> Option<u64> {
+    s.strip_prefix('j')?.parse().ok()
+}
+
+/// The idempotency key of a fire's plan.
+pub fn fire_key(job: u64, instant_ms: u64, manual: bool) -> String {
+    if manual {
+        format!("job {} manual {instant_ms}", format_id(job))
+    } else {
+        format!("job {} at {instant_ms}", format_id(job))
+    }
+}
+
+fn job_key(id: u64) -> Vec<u8> {
+    let mut k = vec![b'j'];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn fire_prefix(job: u64) -> Vec<u8> {
+    let mut k = vec![b'f'];
+    k.extend_from_slice(&job.to_be_bytes());
+    k
+}
+
+fn fire_key_bytes(job: u64, instant_ms: u64, manual: bool) -> Vec<u8> {
+    let mut k = fire_prefix(job);
+    k.extend_from_slice(&instant_ms.to_be_bytes());
+    k.push(u8::from(manual));
+    k
+}
+
+#[derive(Clone)]
+pub struct JobStore {
+    store: Store,
+    tree: sled::Tree,
+}
+
+impl JobStore {
+    pub fn open(store: Store) -> Result<JobStore, StoreError> {
+        let tree = store.tree("jobs")?;
+        Ok(JobStore { store, tree })
+    }
+
+    pub fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .store
+            .get(&self.tree, b"n")?
+            .and_then(|v| v.as_ref().try_into().ok().map(u64::from_be_bytes))
+            .unwrap_or(1))
+    }
+
+    pub fn put(&self, job: &JobRecord) -> Result<(), StoreError> {
+        let mut b = Batch::new();
+        b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
+        if self.next_id()? <= job.id {
+            b.insert(&b"n"[..], (job.id + 1).to_be_bytes());
+        }
+        self.store.apply(&self.tree, &b)
+    }
+
+    /// The job and its fires go together.
+    pub fn delete(&self, id: u64) -> Result<(), StoreError> {
+        let mut b = Batch::new();
+        b.remove(job_key(id));
+        for entry in self.store.scan_prefix(&self.tree, &fire_prefix(id), false) {
+            b.remove(entry?.0.to_vec());
+        }
+        self.store.apply(&self.tree, &b)
+    }
+
+    pub fn get(&self, id: u64) -> Result<Option<JobRecord>, StoreError> {
+        match self.store.get(&self.tree, &job_key(id))? {
+            Some(bytes) => decode_record(format_id(id), &bytes, JOB_FORMAT_VERSION, |v, _| {
+                Err(format!("job record format {v} is not known"))
+            })
+            .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn all(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, b"j", false) {
+            let (k, v) = entry?;
+            out.push(decode_record(
+                String::from_utf8_lossy(&k),
+                &v,
+                JOB_FORMAT_VERSION,
+                |ver, _| Err(format!("job record format {ver} is not known")),
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// A fire and the job's new state, in one atomic write.
+    pub fn put_fire(&self, fire: &FireRecord, job: &JobRecord) -> Result<(), StoreError> {
+        let mut b = Batch::new();
+        b.insert(
+            fire_key_bytes(fire.job, fire.instant_ms, fire.manual),
+            encode_record(FIRE_FORMAT_VERSION, fire),
+        );
+        b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
+        self.store.apply(&self.tree, &b)
+    }
+
+    /// A job's fires, oldest first.
+    pub fn fires(&self, job: u64) -> Result<Vec<FireRecord>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, &fire_prefix(job), false) {
+            let (k, v) = entry?;
+            out.push(decode_record(
+                String::from_utf8_lossy(&k),
+                &v,
+                FIRE_FORMAT_VERSION,
+                |ver, _| Err(format!("fire record format {ver} is not known")),
+            )?);
+        }
+        Ok(out)
+    }
+
+    pub fn after_sync(&self, then: AfterSync) {
+        self.store.after_sync(then);
+    }
+
+    /// Waits until everything written so far is durable.
+    pub async fn synced(&self) -> Result<(), String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.store.after_sync(Box::new(move |r| {
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        }));
+        rx.await
+            .map_err(|_| "the store stopped before the write was durable".to_string())?
+    }
+}
+
+/// The plan a fire submits.
+pub fn plan_of(job: &JobRecord) -> PlanSpec {
+    let name = Some(
+        job.name
+            .clone()
+            .unwrap_or_else(|| format!("job {}", format_id(job.id))),
+    );
+    match &job.template {
+        Template::Plan(spec) => {
+            let mut spec = spec.clone();
+            spec.name = spec.name.or(name);
+            spec
+        }
+        Template::Prompt(prompt) => PlanSpec {
+            name,
+            steps: vec![flyto_protocol::StepSpec {
+                id: "agent".into(),
+                prompt: Some(prompt.clone()),
+                session: (job.mode == Mode::Persistent)
+                    .then(|| format!("job-{}", format_id(job.id))),
+                timeout_secs: job.timeout_secs,
+                // A job's schedule retries; a run is one attempt.
+                max_attempts: Some(1),
+                workdir: job.workdir.clone(),
+                ..Default::default()
+            }],
+            env: Default::default(),
+            sandbox: None,
+        },
+    }
+}

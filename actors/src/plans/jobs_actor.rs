@@ -1,0 +1,828 @@
+//! The JobsActor (registered as [`JOBS_NAME`]): keeps every job's next
+//! fire in an ordered index and sleeps until the earliest (waking at least
+//! every [`WAKE_AT_LEAST`] to notice a clock that jumped). A due instant
+//! is recorded as a fire (durably, with the plan it will submit) before
+//! the plan is submitted under the fire's idempotency key, in a task the
+//! actor owns, so the mailbox never waits on the scheduler or the disk.
+//!
+//! No catch-up: instants that passed while flytod was down (or more than
+//! [`LATE`] ago) become one `missed` record. No overlap: a fire while the
+//! job's previous plan is still pending or running is `skipped`.
+
+use super::jobs::{
+    FireOutcome, FireRecord, JobRecord, JobStore, Mode, Template, fire_key, format_id, parse_id,
+    plan_of,
+};
+use super::reader::PlanReader;
+use super::schedule::{Schedule, machine_zone, tzdb_version};
+use super::{Reject, SCHEDULER_NAME, SchedulerMsg};
+use crate::clock::Clock;
+use chrono::{DateTime, Utc};
+use flyto_protocol::{ErrorCode, FireView, JobSpec, JobView, PlanState};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const JOBS_NAME: &str = "flyto.jobs";
+/// The longest the actor sleeps, however far the next fire is.
+pub const WAKE_AT_LEAST: Duration = Duration::from_secs(30);
+/// A due instant older than this when the actor gets to it is missed.
+pub const LATE: Duration = Duration::from_secs(60);
+const DEFAULT_MAX_FAILURES: u32 = 5;
+
+fn utc(ms: u64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms as i64).unwrap_or_default()
+}
+
+fn bad(m: impl Into<String>) -> Reject {
+    Reject::new(ErrorCode::BadRequest, m)
+}
+
+struct Live {
+    rec: JobRecord,
+    schedule: Schedule,
+    /// The next scheduled instant (ms), if it fires again.
+    next: Option<u64>,
+    /// The plan of the latest fire, and whether its end was counted.
+    last_plan: Option<(String, bool)>,
+    last_outcome: Option<String>,
+}
+
+impl Live {
+    /// Fixed per job: the same offset at every fire.
+    fn jitter_ms(&self) -> u64 {
+        if self.rec.jitter_secs == 0 {
+            return 0;
+        }
+        let h = self.rec.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 17;
+        (h % (self.rec.jitter_secs + 1)) * 1000
+    }
+}
+
+pub enum JobsMsg {
+    /// Fires what is due, then sleeps again; a stale generation is ignored.
+    Tick(u64),
+    Create {
+        spec: Box<JobSpec>,
+        reply: RpcReplyPort<Result<(JobView, Vec<String>), Reject>>,
+    },
+    Update {
+        id: String,
+        spec: Box<JobSpec>,
+        reply: RpcReplyPort<Result<(JobView, Vec<String>), Reject>>,
+    },
+    List {
+        reply: RpcReplyPort<Result<Vec<JobView>, Reject>>,
+    },
+    Show {
+        id: String,
+        reply: RpcReplyPort<Result<(JobView, Vec<FireView>), Reject>>,
+    },
+    SetEnabled {
+        id: String,
+        enabled: bool,
+        reply: RpcReplyPort<Result<JobView, Reject>>,
+    },
+    Delete {
+        id: String,
+        reply: RpcReplyPort<Result<JobView, Reject>>,
+    },
+    RunNow {
+        id: String,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
+    /// A fire's task is done: its plan, or why not.
+    Fired {
+        job: u64,
+        result: Result<String, String>,
+    },
+}
+
+pub struct JobsArgs {
+    pub store: JobStore,
+    pub reader: PlanReader,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub struct JobsState {
+    store: JobStore,
+    reader: PlanReader,
+    clock: Arc<dyn Clock>,
+    jobs: HashMap<u64, Live>,
+    /// (fire time with jitter, job): the earliest first.
+    due: BTreeSet<(u64, u64)>,
+    generation: u64,
+}
+
+pub struct JobsActor;
+
+fn parse_time(s: &str, tz: &str) -> Result<u64, Reject> {
+    let (sched, _) = Schedule::parse(&format!("at {s}"), tz, utc(0)).map_err(|e| bad(e.0))?;
+    sched
+        .next_after(utc(0))
+        .map(|t| t.timestamp_millis() as u64)
+        .ok_or_else(|| bad(format!("`{s}` is not a time")))
+}
+
+impl JobsState {
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn view(&self, l: &Live) -> JobView {
+        let state = match (&l.rec.stopped, l.rec.enabled) {
+            (Some(why), _) => format!("stopped: {why}"),
+            (None, true) => "active".into(),
+            (None, false) => "paused".into(),
+        };
+        let next = l
+            .next
+            .filter(|_| l.rec.enabled && l.rec.stopped.is_none())
+            .map(|ms| utc(ms + l.jitter_ms()));
+        JobView {
+            id: format_id(l.rec.id),
+            name: l.rec.name.clone(),
+            schedule: l.rec.schedule.clone(),
+            tz: l.rec.tz.clone(),
+            mode: l.rec.mode.as_str().into(),
+            state,
+            next_fire: next.map(|t| t.with_timezone(&l.schedule.tz).to_rfc3339()),
+            next_fire_utc: next.map(|t| t.to_rfc3339()),
+            last_outcome: l.last_outcome.clone(),
+            consecutive_failures: l.rec.consecutive_failures,
+            max_consecutive_failures: l.rec.max_consecutive_failures,
+            workdir: l.rec.workdir.clone(),
+            what: match &l.rec.template {
+                Template::Prompt(p) => p.clone(),
+                Template::Plan(spec) => format!("plan: {} steps", spec.steps.len()),
+            },
+            timeout_secs: l.rec.timeout_secs,
+            expires: l.rec.expires_ms.map(|ms| utc(ms).to_rfc3339()),
+            created_ms: l.rec.created_ms,
+        }
+    }
+
+    fn find(&self, id: &str) -> Result<u64, Reject> {
+        let n = parse_id(id).filter(|n| self.jobs.contains_key(n));
+        n.or_else(|| {
+            let named: Vec<u64> = self
+                .jobs
+                .values()
+                .filter(|l| l.rec.name.as_deref() == Some(id))
+                .map(|l| l.rec.id)
+                .collect();
+            (named.len() == 1).then(|| named[0])
+        })
+        .ok_or_else(|| {
+            Reject::new(
+                ErrorCode::NotFound,
+                format!("no job `{id}`: `flytoctl job_list` lists the jobs"),
+            )
+        })
+    }
+
+    /// (Re)indexes a job's next fire after `after`.
+    fn reindex(&mut self, id: u64, after: u64) {
+        let Some(l) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if let Some(n) = l.next.take() {
+            self.due.remove(&(n + l.jitter_ms(), id));
+        }
+        if !l.rec.enabled || l.rec.stopped.is_some() {
+            return;
+        }
+        let from = l.rec.handled_ms.map_or(after, |h| h.max(after));
+        l.next = l
+            .schedule
+            .next_after(utc(from))
+            .map(|t| t.timestamp_millis() as u64);
+        if let Some(n) = l.next {
+            self.due.insert((n + l.jitter_ms(), id));
+        }
+    }
+
+    fn arm(&mut self, myself: &ActorRef<JobsMsg>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let now = self.now();
+        let wait = self
+            .due
+            .first()
+            .map_or(WAKE_AT_LEAST, |(at, _)| {
+                Duration::from_millis(at.saturating_sub(now))
+            })
+            .min(WAKE_AT_LEAST);
+        myself.send_after(wait, move || JobsMsg::Tick(generation));
+    }
+
+    fn save(&self, id: u64) -> Result<(), Reject> {
+        match self.jobs.get(&id) {
+            Some(l) => self.store.put(&l.rec).map_err(Reject::internal),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts how the job's last plan ended, once it has.
+    fn account(&mut self, id: u64) {
+        let Some(l) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let Some((plan, false)) = l.last_plan.clone() else {
+            return;
+        };
+        let Ok(view) = self.reader.status(&plan) else {
+            return;
+        };
+        let failed = match view.state {
+            PlanState::Succeeded => false,
+            PlanState::Failed | PlanState::Cancelled => true,
+            _ => return,
+        };
+        l.last_plan = Some((plan.clone(), true));
+        l.last_outcome = Some(format!("{plan} {}", state_word(view.state)));
+        if failed {
+            l.rec.consecutive_failures += 1;
+            if l.rec.consecutive_failures >= l.rec.max_consecutive_failures.max(1) {
+                l.rec.enabled = false;
+                l.rec.stopped = Some(format!(
+                    "{} runs failed in a row (the last: {plan}); `flytoctl job_resume {}` starts it again",
+                    l.rec.consecutive_failures,
+                    format_id(id)
+                ));
+            }
+        } else {
+            l.rec.consecutive_failures = 0;
+        }
+        if let Err(e) = self.save(id) {
+            tracing::error!("job {}: {}", format_id(id), e.message);
+        }
+    }
+
+    /// One due instant of job `id`.
+    fn fire(&mut self, myself: &ActorRef<JobsMsg>, id: u64, instant: u64) {
+        self.account(id);
+        let now = self.now();
+        let Some(l) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if !l.rec.enabled || l.rec.stopped.is_some() {
+            return;
+        }
+        if l.rec.expires_ms.is_some_and(|e| instant >= e) {
+            l.rec.enabled = false;
+            l.rec.stopped = Some(format!(
+                "expired at {}",
+                utc(l.rec.expires_ms.unwrap_or(0)).to_rfc3339()
+            ));
+            let _ = self.save(id);
+            self.reindex(id, now);
+            return;
+        }
+        if now.saturating_sub(instant) > LATE.as_millis() as u64 {
+            // Asleep or stalled past its instants: no burst, one record.
+            self.catch_up(id, now);
+            return;
+        }
+        l.rec.handled_ms = Some(instant);
+        let still_running = l.last_plan.as_ref().is_some_and(|(p, _)| {
+            self.reader
+                .status(p)
+                .is_ok_and(|v| matches!(v.state, PlanState::Pending | PlanState::Running))
+        });
+        let mut fire = FireRecord {
+            job: id,
+            instant_ms: instant,
+            at_ms: now,
+            manual: false,
+            outcome: FireOutcome::Firing,
+            plan: None,
+        };
+        if still_running {
+            fire.outcome = FireOutcome::Skipped {
+                why: "still running".into(),
+            };
+            l.last_outcome = Some("skipped (still running)".into());
+        } else {
+            fire.plan = Some(plan_of(&l.rec));
+        }
+        if l.schedule.once() {
+            l.rec.enabled = false;
+            l.rec.stopped = Some(format!("fired once, at {}", utc(instant).to_rfc3339()));
+        }
+        let rec = l.rec.clone();
+        if let Err(e) = self.store.put_fire(&fire, &rec) {
+            tracing::error!("job {}: cannot record its fire: {e}", format_id(id));
+            return;
+        }
+        self.reindex(id, now);
+        if fire.plan.is_some() {
+            self.submit(myself, fire, None);
+        }
+    }
+
+    /// Submits a recorded fire's plan in a task, once the record is durable;
+    /// `answer` hears the plan id.
+    fn submit(
+        &self,
+        myself: &ActorRef<JobsMsg>,
+        fire: FireRecord,
+        answer: Option<RpcReplyPort<Result<String, Reject>>>,
+    ) {
+        let store = self.store.clone();
+        let me = myself.clone();
+        let Some(plan) = fire.plan.clone() else {
+            return;
+        };
+        let key = fire_key(fire.job, fire.instant_ms, fire.manual);
+        tokio::spawn(async move {
+            let result = async {
+                store.synced().await?;
+                crate::failpoint::reached("job-before-submit");
+                let cell = ractor::registry::where_is(SCHEDULER_NAME.into())
+                    .ok_or("the scheduler is not running")?;
+                let scheduler = ActorRef::<SchedulerMsg>::from(cell);
+                let answer = scheduler
+                    .call(
+                        |reply| SchedulerMsg::Submit {
+                            plan,
+                            idempotency_key: Some(key),
+                            origin: None,
+                            reply,
+                            early: None,
+                        },
+                        Some(Duration::from_secs(30)),
+                    )
+                    .await;
+                match answer {
+                    Ok(ractor::rpc::CallResult::Success(Ok((plan, _)))) => Ok(plan),
+                    Ok(ractor::rpc::CallResult::Success(Err(r))) => Err(r.message),
+                    _ => Err("the scheduler did not answer".to_string()),
+                }
+            }
+            .await;
+            let mut fire = fire;
+            fire.outcome = match &result {
+                Ok(plan) => FireOutcome::Submitted { plan: plan.clone() },
+                Err(why) => FireOutcome::Failed { why: why.clone() },
+            };
+            // The job record goes with it unchanged: read it back.
+            if let Ok(Some(job)) = store.get(fire.job) {
+                let _ = store.put_fire(&fire, &job);
+            }
+            if let Some(a) = answer {
+                let _ = a.send(
+                    result
+                        .clone()
+                        .map_err(|why| Reject::new(ErrorCode::Internal, why)),
+                );
+            }
+            let _ = me.cast(JobsMsg::Fired {
+                job: fire.job,
+                result,
+            });
+        });
+    }
+
+    fn load(&mut self, myself: &ActorRef<JobsMsg>) -> Result<(), Reject> {
+        let now = self.now();
+        for rec in self.store.all().map_err(Reject::internal)? {
+            let schedule = match Schedule::parse(&rec.schedule, &rec.tz, utc(rec.created_ms)) {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::error!(
+                        "job {}: its schedule no longer parses: {e}",
+                        format_id(rec.id)
+                    );
+                    continue;
+                }
+            };
+            let fires = self.store.fires(rec.id).map_err(Reject::internal)?;
+            let last_plan = fires.iter().rev().find_map(|f| match &f.outcome {
+                FireOutcome::Submitted { plan } => Some((plan.clone(), false)),
+                _ => None,
+            });
+            let id = rec.id;
+            self.jobs.insert(
+                id,
+                Live {
+                    rec,
+                    schedule,
+                    next: None,
+                    last_plan,
+                    last_outcome: fires.last().map(outcome_word),
+                },
+            );
+            // A fire recorded but never submitted (a crash between the
+            // two): submit it now, under its key.
+            for f in fires
+                .into_iter()
+                .filter(|f| f.outcome == FireOutcome::Firing)
+            {
+                self.submit(myself, f, None);
+            }
+            self.catch_up(id, now);
+        }
+        Ok(())
+    }
+
+    /// Instants that passed while flytod was down (or asleep): one
+    /// `missed` record, and the next fire is the first after now.
+    fn catch_up(&mut self, id: u64, now: u64) {
+        let Some(l) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if !l.rec.enabled || l.rec.stopped.is_some() {
+            self.reindex(id, now);
+            return;
+        }
+        let from = l.rec.handled_ms.unwrap_or(l.rec.created_ms);
+        let mut t = from;
+        let (mut count, mut first, mut last) = (0u64, 0u64, 0u64);
+        while let Some(n) = l.schedule.next_after(utc(t)) {
+            let n = n.timestamp_millis() as u64;
+            if n > now || count >= 1_000_000 {
+                break;
+            }
+            if count == 0 {
+                first = n;
+            }
+            count += 1;
+            last = n;
+            t = n;
+        }
+        if count > 0 {
+            l.rec.handled_ms = Some(last);
+            l.last_outcome = Some(format!("missed {count} while flytod was down"));
+            if l.schedule.once() {
+                l.rec.enabled = false;
+                l.rec.stopped = Some("its one instant passed while flytod was down".into());
+            }
+            let fire = FireRecord {
+                job: id,
+                instant_ms: last,
+                at_ms: now,
+                manual: false,
+                outcome: FireOutcome::Missed {
+                    count,
+                    first_ms: first,
+                },
+                plan: None,
+            };
+            let rec = l.rec.clone();
+            if let Err(e) = self.store.put_fire(&fire, &rec) {
+                tracing::error!("job {}: cannot record missed fires: {e}", format_id(id));
+            }
+        }
+        self.reindex(id, now);
+    }
+
+    fn apply_spec(
+        &self,
+        rec: &mut JobRecord,
+        spec: &JobSpec,
+        creating: bool,
+    ) -> Result<Vec<String>, Reject> {
+        if let Some(tz) = &spec.tz {
+            rec.tz.clone_from(tz);
+        }
+        if let Some(s) = &spec.schedule {
+            rec.schedule.clone_from(s);
+        }
+        let (_, warnings) =
+            Schedule::parse(&rec.schedule, &rec.tz, utc(self.now())).map_err(|e| bad(e.0))?;
+        match (&spec.prompt, &spec.plan) {
+            (Some(_), Some(_)) => {
+                return Err(bad("give a job either a prompt or a plan, not both"));
+            }
+            (Some(p), None) => {
+                if p.trim().is_empty() {
+                    return Err(bad(
+                        "the prompt is empty: say what the agent should do at each run",
+                    ));
+                }
+                rec.template = Template::Prompt(p.clone());
+            }
+            (None, Some(plan)) => {
+                plan.check()
+                    .map_err(|e| bad(format!("the job's plan is invalid: {e}")))?;
+                rec.template = Template::Plan(plan.clone());
+            }
+            (None, None) if creating => {
+                return Err(bad(
+                    "a job needs what to run: --prompt TEXT (an agent task) or --plan FILE",
+                ));
+            }
+            (None, None) => {}
+        }
+        if let Some(m) = &spec.mode {
+            rec.mode = Mode::parse(m).ok_or_else(|| {
+                bad(format!("mode `{m}` is not known: use isolated (a new session per run) or persistent (one session across runs)"))
+            })?;
+        }
+        if let Some(n) = &spec.name {
+            let taken = self
+                .jobs
+                .values()
+                .any(|l| l.rec.id != rec.id && l.rec.name.as_deref() == Some(n.as_str()));
+            if taken {
+                return Err(Reject::new(
+                    ErrorCode::Conflict,
+                    format!("a job named `{n}` exists: choose another name"),
+                ));
+            }
+            rec.name = Some(n.clone());
+        }
+        if let Some(w) = &spec.workdir {
+            if !std::path::Path::new(w).is_dir() {
+                return Err(bad(format!(
+                    "workdir {w} is not a directory: create it or pass another"
+                )));
+            }
+            rec.workdir = Some(w.clone());
+        }
+        if let Some(t) = spec.timeout_secs {
+            rec.timeout_secs = Some(t.max(1));
+        }
+        if let Some(e) = &spec.expires {
+            let at = parse_time(e, &rec.tz)?;
+            if at <= self.now() {
+                return Err(bad(format!(
+                    "--expires {e} is in the past: give a time after now"
+                )));
+            }
+            rec.expires_ms = Some(at);
+        }
+        if let Some(n) = &spec.notify {
+            if n.trim().is_empty() {
+                return Err(bad("--notify names a channel binding; it is empty"));
+            }
+            rec.notify = Some(n.clone());
+        }
+        if let Some(m) = spec.max_consecutive_failures {
+            rec.max_consecutive_failures = m.max(1);
+        }
+        if let Some(j) = spec.jitter_secs {
+            rec.jitter_secs = j;
+        }
+        Ok(warnings)
+    }
+
+    fn create(&mut self, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
+        let now = self.now();
+        let id = self.store.next_id().map_err(Reject::internal)?;
+        let mut rec = JobRecord {
+            id,
+            name: None,
+            schedule: spec.schedule.clone().ok_or_else(|| {
+                bad("a job needs --schedule EXPR (see `flytoctl job_next --help`)")
+            })?,
+            tz: machine_zone(),
+            template: Template::Prompt(String::new()),
+            mode: Mode::Isolated,
+            workdir: None,
+            timeout_secs: None,
+            notify: None,
+            enabled: true,
+            expires_ms: None,
+            max_consecutive_failures: DEFAULT_MAX_FAILURES,
+            jitter_secs: 0,
+            created_ms: now,
+            updated_ms: now,
+            handled_ms: Some(now),
+            consecutive_failures: 0,
+            stopped: None,
+        };
+        let warnings = self.apply_spec(&mut rec, spec, true)?;
+        let (schedule, _) =
+            Schedule::parse(&rec.schedule, &rec.tz, utc(now)).map_err(|e| bad(e.0))?;
+        self.store.put(&rec).map_err(Reject::internal)?;
+        self.jobs.insert(
+            id,
+            Live {
+                rec,
+                schedule,
+                next: None,
+                last_plan: None,
+                last_outcome: None,
+            },
+        );
+        self.reindex(id, now);
+        Ok((self.view(&self.jobs[&id]), warnings))
+    }
+
+    fn update(&mut self, id: u64, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
+        let now = self.now();
+        let mut rec = self.jobs[&id].rec.clone();
+        let warnings = self.apply_spec(&mut rec, spec, false)?;
+        let (schedule, _) =
+            Schedule::parse(&rec.schedule, &rec.tz, utc(now)).map_err(|e| bad(e.0))?;
+        rec.updated_ms = now;
+        if spec.schedule.is_some() || spec.tz.is_some() {
+            // A new schedule counts from now: an edit never fires what
+            // the old schedule had due.
+            rec.handled_ms = Some(rec.handled_ms.map_or(now, |h| h.max(now)));
+        }
+        self.store.put(&rec).map_err(Reject::internal)?;
+        if let Some(l) = self.jobs.get_mut(&id) {
+            l.rec = rec;
+            l.schedule = schedule;
+        }
+        self.reindex(id, now);
+        Ok((self.view(&self.jobs[&id]), warnings))
+    }
+}
+
+fn state_word(s: PlanState) -> &'static str {
+    match s {
+        PlanState::Pending => "pending",
+        PlanState::Running => "running",
+        PlanState::Succeeded => "succeeded",
+        PlanState::Failed => "failed",
+        PlanState::Cancelled => "cancelled",
+    }
+}
+
+fn outcome_word(f: &FireRecord) -> String {
+    match &f.outcome {
+        FireOutcome::Firing => "firing".into(),
+        FireOutcome::Submitted { plan } => format!("submitted {plan}"),
+        FireOutcome::Skipped { why } => format!("skipped ({why})"),
+        FireOutcome::Missed { count, first_ms } => {
+            format!("missed {count} (first {})", utc(*first_ms).to_rfc3339())
+        }
+        FireOutcome::Failed { why } => format!("failed: {why}"),
+    }
+}
+
+impl Actor for JobsActor {
+    type Msg = JobsMsg;
+    type State = JobsState;
+    type Arguments = JobsArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<JobsMsg>,
+        args: JobsArgs,
+    ) -> Result<JobsState, ActorProcessingErr> {
+        let mut s = JobsState {
+            store: args.store,
+            reader: args.reader,
+            clock: args.clock,
+            jobs: HashMap::new(),
+            due: BTreeSet::new(),
+            generation: 0,
+        };
+        s.load(&myself).map_err(|r| r.message)?;
+        s.arm(&myself);
+        Ok(s)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<JobsMsg>,
+        msg: JobsMsg,
+        s: &mut JobsState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            JobsMsg::Tick(generation) => {
+                if generation != s.generation {
+                    return Ok(());
+                }
+                let now = s.now();
+                while let Some(&(at, id)) = s.due.first() {
+                    if at > now {
+                        break;
+                    }
+                    let instant = s.jobs.get(&id).and_then(|l| l.next).unwrap_or(at);
+                    s.fire(&myself, id, instant);
+                }
+                for id in s.jobs.keys().copied().collect::<Vec<_>>() {
+                    s.account(id);
+                }
+            }
+            JobsMsg::Create { spec, reply } => {
+                let _ = reply.send(s.create(&spec));
+            }
+            JobsMsg::Update { id, spec, reply } => {
+                let r = s.find(&id).and_then(|n| s.update(n, &spec));
+                let _ = reply.send(r);
+            }
+            JobsMsg::List { reply } => {
+                let mut all: Vec<&Live> = s.jobs.values().collect();
+                all.sort_by_key(|l| l.rec.id);
+                let _ = reply.send(Ok(all.iter().map(|l| s.view(l)).collect()));
+            }
+            JobsMsg::Show { id, reply } => {
+                let r = s.find(&id).and_then(|n| {
+                    let l = &s.jobs[&n];
+                    let fires = s.store.fires(n).map_err(Reject::internal)?;
+                    let views = fires
+                        .iter()
+                        .map(|f| {
+                            let plan = match &f.outcome {
+                                FireOutcome::Submitted { plan } => Some(plan.clone()),
+                                _ => None,
+                            };
+                            let pv = plan.as_ref().and_then(|p| s.reader.status(p).ok());
+                            FireView {
+                                instant: utc(f.instant_ms)
+                                    .with_timezone(&l.schedule.tz)
+                                    .to_rfc3339(),
+                                at_ms: f.at_ms,
+                                manual: f.manual,
+                                outcome: outcome_word(f),
+                                plan_state: pv.as_ref().map(|v| state_word(v.state).to_string()),
+                                duration_ms: pv.as_ref().and_then(|v| {
+                                    Some(v.finished_ms?.saturating_sub(v.started_ms?))
+                                }),
+                                plan,
+                            }
+                        })
+                        .collect();
+                    Ok((s.view(l), views))
+                });
+                let _ = reply.send(r);
+            }
+            JobsMsg::SetEnabled { id, enabled, reply } => {
+                let now = s.now();
+                let r = s.find(&id).and_then(|n| {
+                    if let Some(l) = s.jobs.get_mut(&n) {
+                        l.rec.enabled = enabled;
+                        if enabled {
+                            // Resuming starts from now: nothing paused fires late.
+                            l.rec.stopped = None;
+                            l.rec.consecutive_failures = 0;
+                            l.rec.handled_ms = Some(l.rec.handled_ms.map_or(now, |h| h.max(now)));
+                        }
+                        l.rec.updated_ms = now;
+                    }
+                    s.save(n)?;
+                    s.reindex(n, now);
+                    Ok(s.view(&s.jobs[&n]))
+                });
+                let _ = reply.send(r);
+            }
+            JobsMsg::Delete { id, reply } => {
+                let r = s.find(&id).and_then(|n| {
+                    let view = s.view(&s.jobs[&n]);
+                    s.store.delete(n).map_err(Reject::internal)?;
+                    if let Some(l) = s.jobs.remove(&n)
+                        && let Some(next) = l.next
+                    {
+                        s.due.remove(&(next + l.jitter_ms(), n));
+                    }
+                    Ok(view)
+                });
+                let _ = reply.send(r);
+            }
+            JobsMsg::RunNow { id, reply } => {
+                let now = s.now();
+                let r = s.find(&id).map(|n| {
+                    let fire = FireRecord {
+                        job: n,
+                        instant_ms: now,
+                        at_ms: now,
+                        manual: true,
+                        outcome: FireOutcome::Firing,
+                        plan: Some(plan_of(&s.jobs[&n].rec)),
+                    };
+                    (n, fire)
+                });
+                match r {
+                    Ok((n, fire)) => {
+                        let rec = s.jobs[&n].rec.clone();
+                        match s.store.put_fire(&fire, &rec) {
+                            Ok(()) => s.submit(&myself, fire, Some(reply)),
+                            Err(e) => {
+                                let _ = reply.send(Err(Reject::internal(e)));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            JobsMsg::Fired { job, result } => {
+                if let Some(l) = s.jobs.get_mut(&job) {
+                    match result {
+                        Ok(plan) => {
+                            l.last_outcome = Some(format!("submitted {plan}"));
+                            l.last_plan = Some((plan, false));
+                        }
+                        Err(why) => l.last_outcome = Some(format!("failed: {why}")),
+                    }
+                }
+            }
+        }
+        s.arm(&myself);
+        Ok(())
+    }
+}
+
+/// The tz database the job views are computed with.
+pub fn tzdb() -> &'static str {
+    tzdb_version()
+}
