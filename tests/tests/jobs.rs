@@ -649,3 +649,65 @@ fn bad_job_input_gets_a_clear_error() {
             .is_empty()
     );
 }
+
+#[test]
+fn failures_in_a_row_expiry_and_a_one_shot_each_stop_the_job_saying_why() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let failing = plan_file(&env, "fails", "false");
+    let ok = plan_file(&env, "ok", "true");
+    let f = create(
+        &env,
+        &[
+            "--schedule",
+            "every 1s",
+            "--plan",
+            &failing,
+            "--max-failures",
+            "2",
+        ],
+    );
+    let soon = |secs: i64| {
+        (chrono::Utc::now() + chrono::Duration::seconds(secs))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let once = create(
+        &env,
+        &["--schedule", &format!("at {}", soon(2)), "--plan", &ok],
+    );
+    let expiring = create(
+        &env,
+        &[
+            "--schedule",
+            "every 1s",
+            "--plan",
+            &ok,
+            "--expires",
+            &soon(3),
+        ],
+    );
+    let state = |id: &str| {
+        json(&env, &["job_show", id])["job"]["state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let wait_state = |id: &str, prefix: &str| {
+        flyto_tests::wait_until(
+            &format!("{id} to be {prefix}"),
+            flyto_tests::DEADLINE,
+            || {
+                let s = state(id);
+                s.starts_with(prefix).then_some(s)
+            },
+        )
+    };
+    let s = wait_state(&f, "stopped: 2 runs failed in a row");
+    assert!(s.contains("job_resume"), "{s}");
+    wait_state(&once, "stopped: fired once");
+    assert_eq!(fires(&env, &once).len(), 1);
+    wait_state(&expiring, "stopped: expired at");
+    // Resumed, it fires again (and counts from zero).
+    json(&env, &["job_resume", &f]);
+    assert_eq!(state(&f), "active");
+}

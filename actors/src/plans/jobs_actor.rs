@@ -268,6 +268,8 @@ impl JobsState {
             return;
         };
         if !l.rec.enabled || l.rec.stopped.is_some() {
+            // Stopped meanwhile (its last run's failure was just counted).
+            self.reindex(id, now);
             return;
         }
         if l.rec.expires_ms.is_some_and(|e| instant >= e) {
@@ -695,8 +697,14 @@ impl Actor for JobsActor {
                     if at > now {
                         break;
                     }
-                    let instant = s.jobs.get(&id).and_then(|l| l.next).unwrap_or(at);
-                    s.fire(&myself, id, instant);
+                    // Out of the index first: whatever fire() decides, this
+                    // entry cannot come round again.
+                    s.due.remove(&(at, id));
+                    let instant = s.jobs.get_mut(&id).and_then(|l| l.next.take());
+                    match instant {
+                        Some(instant) => s.fire(&myself, id, instant),
+                        None => s.reindex(id, now),
+                    }
                 }
                 for id in s.jobs.keys().copied().collect::<Vec<_>>() {
                     s.account(id);
