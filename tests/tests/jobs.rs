@@ -711,3 +711,64 @@ fn failures_in_a_row_expiry_and_a_one_shot_each_stop_the_job_saying_why() {
     json(&env, &["job_resume", &f]);
     assert_eq!(state(&f), "active");
 }
+
+#[test]
+fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
+    let env = TestEnv::new("");
+    let plan = plan_file(&env, "tick", "true");
+    let mut daemon = env.start();
+    let id = create(&env, &["--schedule", "every 1s", "--plan", &plan]);
+    // Deterministic "random" kill points: 0 to 450 ms after a fire.
+    let mut seed: u64 = 0x5eed;
+    for round in 0..50 {
+        let seen = fires(&env, &id).len();
+        flyto_tests::wait_until(
+            &format!("a fire in round {round}"),
+            flyto_tests::DEADLINE,
+            || (fires(&env, &id).len() > seen).then_some(()),
+        );
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = (seed >> 33) % 450;
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        daemon.kill9();
+        daemon = env.start();
+    }
+    // A fire recorded just before a kill is submitted after the restart.
+    let f = flyto_tests::wait_until("every fire settled", flyto_tests::DEADLINE, || {
+        let f = fires(&env, &id);
+        f.iter().all(|f| f["outcome"] != "firing").then_some(f)
+    });
+    let mut instants: Vec<&str> = f
+        .iter()
+        .filter(|f| f["manual"] == false)
+        .map(|f| f["instant"].as_str().unwrap())
+        .collect();
+    let n = instants.len();
+    instants.sort_unstable();
+    instants.dedup();
+    assert_eq!(instants.len(), n, "an instant was recorded twice");
+    // Every plan the job made belongs to one fire, and no fire has two.
+    let plans = json(&env, &["plan_list", "--limit", "10000"]);
+    let job_plans: Vec<String> = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == format!("job {id}").as_str())
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .collect();
+    let mut fired: Vec<String> = f
+        .iter()
+        .filter_map(|f| f["plan"].as_str().map(str::to_string))
+        .collect();
+    fired.sort();
+    let before = fired.len();
+    fired.dedup();
+    assert_eq!(fired.len(), before, "two fires name one plan");
+    assert!(job_plans.len() >= 50, "{} plans", job_plans.len());
+    for p in &job_plans {
+        assert!(fired.contains(p), "plan {p} belongs to no fire: {f:?}");
+    }
+    assert!(n >= 50, "{n} fires");
+}
