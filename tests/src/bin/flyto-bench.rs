@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../bench/compaction.rs"]
 mod compaction;
+#[path = "../bench/jobs.rs"]
+mod jobs;
 #[path = "../bench/knowledge.rs"]
 mod knowledge;
 #[path = "../bench/sandbox.rs"]
@@ -130,7 +132,11 @@ enum Bench {
     /// entries against reading and substring-scanning the same files,
     /// skill discovery with 500 skills, and their prompt tokens per call.
     Knowledge,
-    /// Every benchmark: control-plane, sessions, compaction, then knowledge.
+    /// Jobs in a real flytod: idle CPU per minute with 10,000 jobs none
+    /// due against a sleeping timer, CPU per fire and fire lateness with
+    /// 50 jobs firing every second, job_list time.
+    Jobs,
+    /// Every benchmark: control-plane, sessions, compaction, knowledge, then jobs.
     All,
     /// Only the plan_status latency part of control-plane.
     PlanStatus,
@@ -149,6 +155,9 @@ enum Bench {
     /// The fake OpenAI-compatible provider of `sessions`, on 127.0.0.1.
     #[command(hide = true)]
     StreamServer,
+    /// The baseline of `jobs`: a process that only sleeps on a timer.
+    #[command(hide = true)]
+    JobSleeper,
 }
 
 fn main() -> std::process::ExitCode {
@@ -162,11 +171,14 @@ fn main() -> std::process::ExitCode {
         Bench::Sessions => check_binaries().and_then(|()| sessions::run(&sessions_args(&cli))),
         Bench::Compaction => compaction::run(&compaction_args(&cli)),
         Bench::Knowledge => knowledge::run(&knowledge_args(&cli)),
+        Bench::Jobs => check_binaries().and_then(|()| jobs::run()),
+        Bench::JobSleeper => jobs::sleeper(),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
             .and_then(|()| sessions::run(&sessions_args(&cli)))
             .and_then(|()| compaction::run(&compaction_args(&cli)))
-            .and_then(|()| knowledge::run(&knowledge_args(&cli))),
+            .and_then(|()| knowledge::run(&knowledge_args(&cli)))
+            .and_then(|()| jobs::run()),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
             plan_status_latency(&cli).map(|f| print_figures(&f))
