@@ -53,6 +53,20 @@ fn refused(ctx: &ToolContext) -> Option<ToolOutput> {
     })
 }
 
+/// A call's arguments, or its refusal (inside a job's run, or bad
+/// arguments) as the tool's output.
+fn prepare<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    ctx: &ToolContext,
+    args_json: &str,
+    expected: &str,
+) -> Result<T, ToolOutput> {
+    match refused(ctx) {
+        Some(no) => Err(no),
+        None => parse_args(tool, args_json, expected),
+    }
+}
+
 /// Asks the JobsActor; its refusals come back as their message.
 async fn ask<T: Send + 'static>(
     build: impl FnOnce(RpcReplyPort<Result<T, Reject>>) -> JobsMsg,
@@ -181,11 +195,8 @@ impl Tool for Create {
     }
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
         Box::pin(async move {
-            if let Some(no) = refused(ctx) {
-                return no;
-            }
             const EXPECTED: &str = "{\"schedule\": string, \"prompt\": string, \"tz\"?: string, \"name\"?: string, \"mode\"?: \"isolated\" | \"persistent\"}";
-            let args: CreateArgs = match parse_args(self.name(), args_json, EXPECTED) {
+            let args: CreateArgs = match prepare(self.name(), ctx, args_json, EXPECTED) {
                 Ok(a) => a,
                 Err(out) => return out,
             };
@@ -303,11 +314,8 @@ impl Tool for Update {
     }
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
         Box::pin(async move {
-            if let Some(no) = refused(ctx) {
-                return no;
-            }
             const EXPECTED: &str = "{\"job\": id or name, and any of \"schedule\", \"tz\", \"prompt\", \"name\", \"mode\": string, \"paused\": boolean}";
-            let args: UpdateArgs = match parse_args(self.name(), args_json, EXPECTED) {
+            let args: UpdateArgs = match prepare(self.name(), ctx, args_json, EXPECTED) {
                 Ok(a) => a,
                 Err(out) => return out,
             };
@@ -416,14 +424,11 @@ impl Tool for Cancel {
     }
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
         Box::pin(async move {
-            if let Some(no) = refused(ctx) {
-                return no;
-            }
-            let args: CancelArgs = match parse_args(self.name(), args_json, "{\"job\": id or name}")
-            {
-                Ok(a) => a,
-                Err(out) => return out,
-            };
+            let args: CancelArgs =
+                match prepare(self.name(), ctx, args_json, "{\"job\": id or name}") {
+                    Ok(a) => a,
+                    Err(out) => return out,
+                };
             let id = args.job;
             match ask(|reply| JobsMsg::Delete { id, reply }).await {
                 Ok(v) => ToolOutput::ok(format!(
