@@ -622,6 +622,7 @@ async fn session_send(
                 can_approve,
                 once: false,
                 reply,
+                job: None,
             },
             None => SessionMsg::Compact { reply },
         })

@@ -15,6 +15,7 @@ mod plans;
 mod policy_check;
 mod providers;
 mod sandbox;
+mod schedule_tools;
 mod scope;
 mod secret_guard;
 mod sessions;

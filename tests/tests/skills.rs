@@ -170,7 +170,13 @@ fn the_model_gets_the_catalogue_and_the_count_of_broken_skills_and_reload_reache
     let names = &load["function"]["parameters"]["properties"]["name"]["enum"];
     assert_eq!(
         names,
-        &json!(["deploy", "flyto-memory", "flyto-plans", "skill-authoring"])
+        &json!([
+            "deploy",
+            "flyto-memory",
+            "flyto-plans",
+            "flyto-schedule",
+            "skill-authoring"
+        ])
     );
 
     let out = env.ctl(&[
@@ -193,7 +199,7 @@ fn the_model_gets_the_catalogue_and_the_count_of_broken_skills_and_reload_reache
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stdout
-            .contains("skills reloaded: 5 skills, 1 could not be loaded"),
+            .contains("skills reloaded: 6 skills, 1 could not be loaded"),
         "{}",
         out.stdout
     );

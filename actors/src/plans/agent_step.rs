@@ -24,6 +24,9 @@ pub struct AgentStep {
     pub timeout: Duration,
     /// The step's confinement, for the session it creates or may use.
     pub sandbox: Option<crate::session::SessionSandbox>,
+    /// The job whose fire submitted the plan (`j<N>`): its session's run
+    /// may not create, change or delete jobs.
+    pub job: Option<String>,
 }
 
 fn failed(message: String) -> Outcome {
@@ -98,6 +101,7 @@ pub async fn run(
                     can_approve: false,
                     once: true,
                     reply,
+                    job: step.job.clone(),
                 },
                 Some(Duration::from_secs(60)),
             )

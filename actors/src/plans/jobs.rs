@@ -122,6 +122,17 @@ pub fn fire_key(job: u64, instant_ms: u64, manual: bool) -> String {
     }
 }
 
+/// The job (`j<N>`) whose fire submitted the plan with idempotency key
+/// `key` (see [`fire_key`]): how a job's run is recognised.
+pub fn job_of_key(key: &str) -> Option<String> {
+    let rest = key.strip_prefix("job ")?;
+    let (id, rest) = rest.split_once(' ')?;
+    let instant = rest
+        .strip_prefix("at ")
+        .or_else(|| rest.strip_prefix("manual "))?;
+    (parse_id(id).is_some() && instant.parse::<u64>().is_ok()).then(|| id.to_string())
+}
+
 fn job_key(id: u64) -> Vec<u8> {
     let mut k = vec![b'j'];
     k.extend_from_slice(&id.to_be_bytes());
@@ -274,5 +285,28 @@ pub fn plan_of(job: &JobRecord) -> PlanSpec {
             env: Default::default(),
             sandbox: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fires_key_names_its_job_and_no_other_key_does() {
+        assert_eq!(
+            job_of_key(&fire_key(3, 1_000, false)).as_deref(),
+            Some("j3")
+        );
+        assert_eq!(job_of_key(&fire_key(12, 5, true)).as_deref(), Some("j12"));
+        for other in [
+            "job j3",
+            "job x3 at 5",
+            "job j3 at soon",
+            "nightly",
+            "job j3 later 5",
+        ] {
+            assert_eq!(job_of_key(other), None, "{other}");
+        }
     }
 }

@@ -16,6 +16,7 @@ pub mod jobs_actor;
 pub mod model;
 pub mod reader;
 pub mod schedule;
+pub mod schedule_tools;
 pub mod scheduler;
 pub mod store;
 pub mod validate;

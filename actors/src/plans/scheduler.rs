@@ -800,6 +800,11 @@ impl SchedulerState {
             .map(|(_, b)| b)
             .find(|b| !b.is_off())
             .cloned();
+        let job = ap
+            .rec
+            .idempotency_key
+            .as_deref()
+            .and_then(super::jobs::job_of_key);
         let step = &mut ap.rec.steps[i];
         step.started_ms = Some(now);
         step.finished_ms = None;
@@ -828,6 +833,7 @@ impl SchedulerState {
                     network: Some(b.network),
                     write_roots: Some(b.write_roots.clone()),
                 }),
+                job: job.clone(),
             }),
         };
         let command = match &step.action {
@@ -860,12 +866,14 @@ impl SchedulerState {
                 children_sandbox,
             )
             .unwrap_or_else(|| config.plan_socket.clone());
-        let flyto = [
+        let mut flyto = vec![
             ("FLYTO_PLAN_SOCK".to_string(), plan_sock),
             ("FLYTO_CHAIN".to_string(), ap.rec.chain.clone()),
             ("FLYTO_PLAN_ID".to_string(), format_id(plan)),
             ("FLYTO_STEP".to_string(), marker),
         ];
+        // A job's run knows it is one (as its agent steps' tools do).
+        flyto.extend(job.map(|j| ("FLYTO_JOB".to_string(), j)));
         // The plan's env over flytod's; the FLYTO_ variables over both, as
         // the chain and crash cleanup rely on them.
         let mut extra: Vec<(String, String)> = step

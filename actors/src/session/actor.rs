@@ -36,6 +36,9 @@ pub enum SessionMsg {
         /// again.
         once: bool,
         reply: RpcReplyPort<Result<Subscription, Reject>>,
+        /// Set when a job's plan sends it: the job (`j<N>`), so the run
+        /// cannot create, change or delete jobs.
+        job: Option<String>,
     },
     /// Cancels the run, if any. Answers the session as the cancel left it:
     /// `cancelling` when a run was cancelled.
@@ -128,6 +131,7 @@ struct Deferred {
     can_approve: bool,
     once: bool,
     reply: RpcReplyPort<Result<Subscription, Reject>>,
+    job: Option<String>,
 }
 
 impl Actor for SessionActor {
@@ -194,6 +198,7 @@ impl Actor for SessionActor {
                 can_approve,
                 once,
                 reply,
+                job,
             } => {
                 let ended = state
                     .emit
@@ -207,9 +212,10 @@ impl Actor for SessionActor {
                         can_approve,
                         once,
                         reply,
+                        job,
                     });
                 } else {
-                    state.send(text, can_approve, once, reply, &myself);
+                    state.send(text, can_approve, once, reply, job, &myself);
                 }
             }
             SessionMsg::Cancel { reply } => {
@@ -289,7 +295,7 @@ impl Actor for SessionActor {
             SessionMsg::Compact { reply } => {
                 let answer = state
                     .idle_check()
-                    .map(|()| state.begin(run::Mode::Compact, &myself));
+                    .map(|()| state.begin(run::Mode::Compact, None, &myself));
                 let _ = reply.send(answer);
             }
             SessionMsg::Drain { grace, reply } => {
@@ -324,7 +330,7 @@ impl Actor for SessionActor {
                 state.answer_drain();
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
                 if let Some(d) = state.deferred.take() {
-                    state.send(d.text, d.can_approve, d.once, d.reply, &myself);
+                    state.send(d.text, d.can_approve, d.once, d.reply, d.job, &myself);
                 }
             }
             SessionMsg::ExtractionFinished(x) => {
@@ -491,12 +497,13 @@ impl SessionState {
         can_approve: bool,
         once: bool,
         reply: RpcReplyPort<Result<Subscription, Reject>>,
+        job: Option<String>,
         myself: &ActorRef<SessionMsg>,
     ) {
         // The sender counts as an approver before the run starts:
         // its first tool call may come before this handler ends.
         let approver = can_approve.then(|| self.approvals.approver());
-        let answer = self.start(text, once, myself).map(|mut sub| {
+        let answer = self.start(text, once, job, myself).map(|mut sub| {
             sub.approver = approver;
             sub
         });
@@ -665,7 +672,7 @@ impl SessionState {
         let budget = crate::compaction::Budget::for_profile(&route.primary.profile);
         if self.rec.context.tokens() >= budget.compact_at {
             // Re-checked at once: the next message must not overflow.
-            self.begin(run::Mode::Compact, myself);
+            self.begin(run::Mode::Compact, None, myself);
         }
         Ok(self.view())
     }
@@ -695,6 +702,7 @@ impl SessionState {
         &mut self,
         text: String,
         once: bool,
+        job: Option<String>,
         myself: &ActorRef<SessionMsg>,
     ) -> Result<Subscription, Reject> {
         self.idle_check()?;
@@ -724,11 +732,17 @@ impl SessionState {
             .save(&self.rec, &messages, false)
             .map_err(Reject::internal)?;
         crate::dream::actor::activity(&self.rec.workdir, self.rec.id, self.rec.updated_ms);
-        Ok(self.begin(run::Mode::Chat, myself))
+        Ok(self.begin(run::Mode::Chat, job, myself))
     }
 
     /// Starts a run task; the record is already saved as it should start.
-    fn begin(&mut self, mode: run::Mode, myself: &ActorRef<SessionMsg>) -> Subscription {
+    /// `job`: the job whose plan started it.
+    fn begin(
+        &mut self,
+        mode: run::Mode,
+        job: Option<String>,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Subscription {
         if mode == run::Mode::Compact {
             self.rec.status = SessionStatus::Running;
             self.rec.error = None;
@@ -748,6 +762,7 @@ impl SessionState {
             cancel,
             shutdown: self.shutdown.clone(),
             approvals: self.approvals.clone(),
+            job,
         };
         let deps = self.deps.clone();
         let rec = self.rec.clone();

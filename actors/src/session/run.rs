@@ -94,6 +94,9 @@ pub struct Control {
     /// Set before `cancel` fires when flytod shuts down.
     pub shutdown: Arc<AtomicBool>,
     pub approvals: Arc<Approvals>,
+    /// The job whose plan started the run (`j<N>`): its tools see it as
+    /// `FLYTO_JOB`, and the schedule tools are not offered.
+    pub job: Option<String>,
 }
 
 /// What a cancelled reply leaves in the transcript: the user sees it in the
@@ -184,9 +187,15 @@ pub async fn run(
     Finished { record: rec }
 }
 
-fn tool_specs(deps: &SessionDeps, workdir: &std::path::Path) -> Vec<ToolSpec> {
+/// The tools offered to a session in `workdir` whose tools get `env`.
+fn tool_specs(
+    deps: &SessionDeps,
+    workdir: &std::path::Path,
+    env: &[(String, String)],
+) -> Vec<ToolSpec> {
     deps.tools
         .iter()
+        .filter(|t| t.offered(env))
         .map(|t| ToolSpec {
             name: t.name().into(),
             description: t.description().into(),
@@ -203,6 +212,7 @@ fn prompt_and_tools(
     deps: &SessionDeps,
     static_part: &str,
     workdir: &std::path::Path,
+    env: &[(String, String)],
     context_window: u64,
 ) -> (String, Vec<ToolSpec>, crate::skills::Catalogue) {
     let set = deps.skills.for_workdir(workdir);
@@ -212,7 +222,7 @@ fn prompt_and_tools(
     } else {
         format!("{static_part}\n\n{}", catalogue.text)
     };
-    (system, tool_specs(deps, workdir), catalogue)
+    (system, tool_specs(deps, workdir, env), catalogue)
 }
 
 /// The memory part of the next model call's system prompt, for `query`.
@@ -257,7 +267,7 @@ fn latest_user_text(window: &[Message]) -> String {
 /// errs high).
 pub fn fixed_tokens(deps: &SessionDeps, workdir: &str, now_ms: u64) -> u64 {
     let dir = std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.into());
-    let (system, tools, _) = prompt_and_tools(deps, &system_prompt(workdir, now_ms), &dir, 0);
+    let (system, tools, _) = prompt_and_tools(deps, &system_prompt(workdir, now_ms), &dir, &[], 0);
     crate::compaction::estimate::request_tokens(&system, &tools, &[])
 }
 
@@ -327,7 +337,10 @@ async fn drive(
                 ),
                 ("FLYTO_SESSION_ID".into(), id.clone()),
                 ("FLYTO_CHAIN".into(), rec.chain.clone()),
-            ],
+            ]
+            .into_iter()
+            .chain(ctl.job.clone().map(|j| ("FLYTO_JOB".into(), j)))
+            .collect::<Vec<_>>(),
         ),
         cancel: cancel.child_token(),
         approver: Some(Arc::new(RunApprover {
@@ -345,7 +358,7 @@ async fn drive(
     let static_system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
     let context_window = u64::from(route.primary.profile.context_window);
     let (mut system, mut tools, _) =
-        prompt_and_tools(deps, &static_system, &workdir, context_window);
+        prompt_and_tools(deps, &static_system, &workdir, &ctx.env, context_window);
     let workdir_text = workdir.display().to_string();
     let mut check = Check {
         deps,
@@ -404,7 +417,7 @@ async fn drive(
         // Skills reload while a run goes on: each call sees the set as it is now.
         let catalogue;
         (system, tools, catalogue) =
-            prompt_and_tools(deps, &static_system, &workdir, context_window);
+            prompt_and_tools(deps, &static_system, &workdir, &ctx.env, context_window);
         // After the static part and the catalogue, so the prompt's prefix
         // stays the same from call to call; memory can change in a run.
         match memory_prompt(deps, &workdir, &memory_query, &config.memory).await {

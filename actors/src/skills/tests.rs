@@ -133,7 +133,15 @@ fn every_builtin_skill_is_valid_and_embedded() {
     let set = resolve(scan::builtins(embedded::FILES));
     assert!(set.broken.is_empty(), "{:?}", set.broken);
     let names: Vec<&str> = set.skills.keys().map(String::as_str).collect();
-    assert_eq!(names, ["flyto-memory", "flyto-plans", "skill-authoring"]);
+    assert_eq!(
+        names,
+        [
+            "flyto-memory",
+            "flyto-plans",
+            "flyto-schedule",
+            "skill-authoring"
+        ]
+    );
     let authoring = &set.skills["skill-authoring"];
     assert_eq!(authoring.resources, ["references/checklist.md"]);
     let text = read_resource(authoring, "references/checklist.md").unwrap();

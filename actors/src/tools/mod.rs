@@ -107,6 +107,12 @@ pub trait Tool: Send + Sync {
     fn input_schema_for(&self, _workdir: &std::path::Path) -> Option<String> {
         None
     }
+    /// Whether a session whose tools get `env` is offered this tool (the
+    /// schedule tools are not, in a job's run); a call of a tool not
+    /// offered still reaches `call`, which must refuse it itself.
+    fn offered(&self, _env: &[(String, String)]) -> bool {
+        true
+    }
     /// True when this call may run in parallel with other safe calls
     /// (reads); false for anything that changes state.
     fn concurrency_safe(&self, args_json: &str) -> bool;

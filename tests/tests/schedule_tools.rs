@@ -1,0 +1,206 @@
+//! The agent's schedule tools end to end: a user creates, lists, changes
+//! and cancels jobs by talking (the scripted fake provider plays the
+//! model), `flytoctl job_*` sees the same jobs, and a run a job started can
+//! use none of them.
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::TestEnv;
+use flyto_tests::fake_llm::{FakeLlm, Reply};
+use flyto_tests::sessions_support::{
+    new_session, request_messages, request_tool_result, send, setup, text_of, workdir,
+};
+use serde_json::{Value, json};
+
+/// The tool result of `call` in whichever request the fake was sent it.
+fn tool_result(fake: &FakeLlm, call: &str) -> String {
+    fake.requests()
+        .iter()
+        .find(|b| {
+            request_messages(b)
+                .iter()
+                .any(|m| m["role"] == "tool" && m["tool_call_id"] == call)
+        })
+        .map(|b| request_tool_result(b, call))
+        .unwrap_or_else(|| panic!("no tool result for {call}"))
+}
+
+/// The tool names a request offered.
+fn offered(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn jobs(env: &TestEnv) -> Vec<Value> {
+    let out = env.ctl(&["job_list", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    v["jobs"].as_array().unwrap().clone()
+}
+
+const SCHEDULE_TOOLS: [&str; 4] = [
+    "schedule_create",
+    "schedule_list",
+    "schedule_update",
+    "schedule_cancel",
+];
+
+#[test]
+fn an_agent_creates_lists_changes_and_cancels_a_job_that_flytoctl_sees() {
+    let create = json!({
+        "schedule": "0 8 * * MON-FRI",
+        "tz": "Europe/Berlin",
+        "prompt": "Summarise the TODO file in this folder and report what is overdue.",
+        "name": "morning-todo",
+    });
+    let update = json!({"job": "morning-todo", "schedule": "30 9 * * *", "paused": true});
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("c1", "schedule_create", create.to_string()),
+        Reply::text("Every weekday at 08:00 Berlin time."),
+        Reply::tool_call("c2", "schedule_list", "{}"),
+        Reply::text("You have one job."),
+        Reply::tool_call("c3", "schedule_update", update.to_string()),
+        Reply::text("Moved to 09:30 daily, paused."),
+        Reply::tool_call("c4", "schedule_cancel", json!({"job": "j1"}).to_string()),
+        Reply::text("Cancelled."),
+    ]);
+    let dir = workdir(&env, "proj");
+    let session = new_session(&env, &dir);
+    let events = send(&env, &session, "every weekday at 8 summarise my todo file");
+    assert!(text_of(&events).contains("Berlin"), "{events:?}");
+    assert!(
+        SCHEDULE_TOOLS
+            .iter()
+            .all(|t| offered(&fake.requests()[0]).iter().any(|o| o == t)),
+        "{:?}",
+        offered(&fake.requests()[0])
+    );
+
+    // The job exists with the session's workdir, and the answer names its
+    // next fire as flytoctl shows it, in local time and UTC.
+    let listed = jobs(&env);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let job = &listed[0];
+    assert_eq!(job["id"], "j1");
+    assert_eq!(job["name"], "morning-todo");
+    assert_eq!(job["tz"], "Europe/Berlin");
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    assert_eq!(job["workdir"], canonical.display().to_string().as_str());
+    let created = tool_result(&fake, "c1");
+    assert!(created.starts_with("created job j1"), "{created}");
+    assert!(
+        created.contains("`0 8 * * MON-FRI` in Europe/Berlin"),
+        "{created}"
+    );
+    let next = job["next_fire"].as_str().unwrap();
+    let next_utc = job["next_fire_utc"].as_str().unwrap();
+    assert!(
+        created.contains(&format!("next fire: {next} (UTC {next_utc})")),
+        "{created}\n{job}"
+    );
+    assert_eq!(created.matches("\nthen: ").count(), 2, "{created}");
+
+    send(&env, &session, "what is scheduled?");
+    let list = tool_result(&fake, "c2");
+    assert!(list.contains("job j1 `morning-todo`"), "{list}");
+    assert!(list.contains(next_utc), "{list}");
+
+    send(
+        &env,
+        &session,
+        "make it 9:30 every day, and pause it for now",
+    );
+    let changed = tool_result(&fake, "c3");
+    assert!(changed.starts_with("changed job j1"), "{changed}");
+    let job = &jobs(&env)[0];
+    assert_eq!(job["schedule"], "30 9 * * *");
+    assert_eq!(job["state"], "paused");
+    assert!(changed.contains("paused"), "{changed}");
+
+    send(&env, &session, "cancel it");
+    let cancelled = tool_result(&fake, "c4");
+    assert!(cancelled.starts_with("cancelled job j1"), "{cancelled}");
+    assert!(jobs(&env).is_empty());
+}
+
+#[test]
+fn a_bad_schedule_through_the_tool_is_an_error_naming_the_problem_and_the_session_goes_on() {
+    let bad = json!({"schedule": "0 25 * * *", "prompt": "check the backups"});
+    let zone = json!({"schedule": "@daily", "tz": "Mars/Olympus", "prompt": "check the backups"});
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_calls(vec![
+            ("c1", "schedule_create", bad.to_string()),
+            ("c2", "schedule_create", zone.to_string()),
+        ]),
+        Reply::text("That schedule does not work."),
+        Reply::text("Still here."),
+    ]);
+    let dir = workdir(&env, "proj");
+    let session = new_session(&env, &dir);
+    send(&env, &session, "check the backups at 25 o'clock");
+    let hour = tool_result(&fake, "c1");
+    assert!(hour.starts_with("no job was created:"), "{hour}");
+    assert!(hour.contains("hour"), "{hour}");
+    let tz = tool_result(&fake, "c2");
+    assert!(tz.contains("Mars/Olympus"), "{tz}");
+    assert!(jobs(&env).is_empty());
+    let events = send(&env, &session, "are you there?");
+    assert_eq!(text_of(&events), "Still here.");
+}
+
+#[test]
+fn a_run_started_by_a_job_is_not_offered_the_schedule_tools_and_a_call_is_refused() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "c1",
+            "schedule_create",
+            json!({"schedule": "every 1m", "prompt": "do it again"}).to_string(),
+        ),
+        Reply::text("could not schedule"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let out = env.ctl(&[
+        "job_create",
+        "--schedule",
+        "0 0 1 1 *",
+        "--prompt",
+        "schedule yourself every minute",
+        "--workdir",
+        &dir.display().to_string(),
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = env.ctl(&["job_run", "j1"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let refusal =
+        flyto_tests::wait_until("the job run's tool result", flyto_tests::DEADLINE, || {
+            fake.requests().iter().find_map(|b| {
+                request_messages(b)
+                    .iter()
+                    .any(|m| m["role"] == "tool" && m["tool_call_id"] == "c1")
+                    .then(|| request_tool_result(b, "c1"))
+            })
+        });
+    assert!(
+        refusal.contains(
+            "this run was started by job j1; a job's run cannot create, change or delete jobs"
+        ),
+        "{refusal}"
+    );
+    let first = &fake.requests()[0];
+    let tools = offered(first);
+    assert!(!tools.is_empty(), "{first}");
+    for t in SCHEDULE_TOOLS {
+        assert!(!tools.iter().any(|o| o == t), "{t} offered in {tools:?}");
+    }
+    let listed = jobs(&env);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["id"], "j1");
+}
