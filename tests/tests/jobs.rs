@@ -772,3 +772,41 @@ fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
     }
     assert!(n >= 50, "{n} fires");
 }
+
+#[test]
+fn editing_a_job_as_it_fires_still_gives_each_instant_one_plan() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let a = plan_file(&env, "a", "echo a");
+    let b = plan_file(&env, "b", "echo b");
+    let id = create(&env, &["--schedule", "every 1s", "--plan", &a]);
+    for round in 0..10 {
+        let seen = fires(&env, &id).len();
+        flyto_tests::wait_until(
+            &format!("a fire in round {round}"),
+            flyto_tests::DEADLINE,
+            || (fires(&env, &id).len() > seen).then_some(()),
+        );
+        let (plan, every) = if round % 2 == 0 {
+            (&b, "every 1s")
+        } else {
+            (&a, "every 2s")
+        };
+        json(
+            &env,
+            &["job_update", &id, "--plan", plan, "--schedule", every],
+        );
+    }
+    let f = fires(&env, &id);
+    let mut instants: Vec<&str> = f.iter().map(|f| f["instant"].as_str().unwrap()).collect();
+    let n = instants.len();
+    instants.sort_unstable();
+    instants.dedup();
+    assert_eq!(instants.len(), n, "an instant fired twice: {f:?}");
+    let mut plans: Vec<&str> = f.iter().filter_map(|f| f["plan"].as_str()).collect();
+    let m = plans.len();
+    plans.sort_unstable();
+    plans.dedup();
+    assert_eq!(plans.len(), m, "two fires share a plan: {f:?}");
+    assert!(n >= 10);
+}

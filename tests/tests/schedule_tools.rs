@@ -204,3 +204,82 @@ fn a_run_started_by_a_job_is_not_offered_the_schedule_tools_and_a_call_is_refuse
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["id"], "j1");
 }
+
+/// The user messages of a request, in order.
+fn user_texts(body: &Value) -> Vec<String> {
+    request_messages(body)
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_persistent_job_keeps_one_session_across_runs_and_an_isolated_one_does_not() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::text("first run done"),
+        Reply::text("second run done"),
+        Reply::text("isolated one"),
+        Reply::text("isolated two"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let wd = dir.display().to_string();
+    for (mode, prompt) in [("persistent", "keep notes"), ("isolated", "start fresh")] {
+        let out = env.ctl(&[
+            "job_create",
+            "--schedule",
+            "0 0 1 1 *",
+            "--prompt",
+            prompt,
+            "--mode",
+            mode,
+            "--workdir",
+            &wd,
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    }
+    let run = |job: &str, n: usize| {
+        assert_eq!(env.ctl(&["job_run", job]).code, 0);
+        flyto_tests::wait_until("the run's model call", flyto_tests::DEADLINE, || {
+            (fake.requests().len() >= n).then_some(())
+        });
+        // Wait for the plan to finish before the next run (no overlap).
+        flyto_tests::wait_until("the run to end", flyto_tests::DEADLINE, || {
+            let out = env.ctl(&["job_show", job, "--json"]);
+            let v: Value = serde_json::from_str(&out.stdout).ok()?;
+            let fires = v["fires"].as_array()?;
+            fires
+                .last()
+                .filter(|f| f["plan_state"] == "succeeded")
+                .map(|_| ())
+        });
+    };
+    run("j1", 1);
+    run("j1", 2);
+    run("j2", 3);
+    run("j2", 4);
+    let reqs = fake.requests();
+    // The persistent job's second run sees the first run's turn.
+    let second = user_texts(&reqs[1]);
+    assert_eq!(
+        second.iter().filter(|t| t.contains("keep notes")).count(),
+        2,
+        "{second:?}"
+    );
+    let assistant: Vec<String> = request_messages(&reqs[1])
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        assistant.iter().any(|t| t.contains("first run done")),
+        "{assistant:?}"
+    );
+    // The isolated job starts each run from nothing.
+    let fourth = user_texts(&reqs[3]);
+    assert_eq!(
+        fourth.iter().filter(|t| t.contains("start fresh")).count(),
+        1,
+        "{fourth:?}"
+    );
+}
