@@ -29,6 +29,24 @@ pub struct Config {
     pub skills: SkillsSection,
     pub memory: MemorySection,
     pub dream: DreamSection,
+    pub jobs: JobsSection,
+}
+
+/// `[jobs]`: how jobs retry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsSection {
+    /// Waits before each retry of a run that failed transiently (rate
+    /// limit, overload, provider error, connection); one retry per entry.
+    pub retry_backoff: Vec<String>,
+}
+
+impl Default for JobsSection {
+    fn default() -> Self {
+        JobsSection {
+            retry_backoff: vec!["30s".into(), "1m".into(), "5m".into()],
+        }
+    }
 }
 
 /// `[dream]`: when and how each project's memory is consolidated.
@@ -331,6 +349,9 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     config
         .dream_config()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    config
+        .retry_backoff()
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
     let dm = &config.dream.model;
     if dm != "main" && dm != "fast" && !config.models.contains_key(dm) {
         bail!(
@@ -511,6 +532,20 @@ impl Config {
             max_removed,
             keep: d.keep,
         })
+    }
+
+    pub fn retry_backoff(&self) -> anyhow::Result<Vec<Duration>> {
+        self.jobs
+            .retry_backoff
+            .iter()
+            .map(|d| {
+                humantime::parse_duration(d).map_err(|e| {
+                    anyhow::anyhow!(
+                        "[jobs] retry_backoff: `{d}` is not a duration ({e}): write e.g. [\"30s\", \"1m\", \"5m\"]"
+                    )
+                })
+            })
+            .collect()
     }
 
     pub fn restart_policy(&self) -> RestartPolicy {

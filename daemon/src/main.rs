@@ -441,6 +441,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let (dream_spec, dream_config) = dream_spec;
     let jobs_spec = {
         let job_store = flyto_actors::plans::jobs::JobStore::open(store.clone())?;
+        let retry_backoff = config.retry_backoff()?;
         let reader = reader.clone();
         let clock = clock.clone();
         ChildSpec {
@@ -450,6 +451,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     store: job_store.clone(),
                     reader: reader.clone(),
                     clock: clock.clone(),
+                    retry_backoff: retry_backoff.clone(),
                 };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(

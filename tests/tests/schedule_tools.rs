@@ -283,3 +283,63 @@ fn a_persistent_job_keeps_one_session_across_runs_and_an_isolated_one_does_not()
         "{fourth:?}"
     );
 }
+
+#[test]
+fn a_transient_failure_is_retried_and_another_failure_counts() {
+    let fake = FakeLlm::start(vec![
+        Reply::status(503, None),
+        Reply::text("done on retry"),
+        Reply::status(400, None),
+    ]);
+    let env = TestEnv::new(&format!(
+        "{}[jobs]\nretry_backoff = [\"1s\", \"1s\"]\n\n{}[models.fake.retry]\nmax_attempts = 1\n",
+        flyto_tests::sessions_support::BASE,
+        fake.config()
+    ));
+    let _daemon = flyto_tests::sessions_support::start(&env);
+    let dir = workdir(&env, "proj");
+    let soon = || {
+        (chrono::Utc::now() + chrono::Duration::seconds(1))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let show = |id: &str| -> Value {
+        let out = env.ctl(&["job_show", id, "--json"]);
+        serde_json::from_str(&out.stdout).unwrap()
+    };
+    let make = || {
+        let out = env.ctl(&[
+            "job_create",
+            "--schedule",
+            &format!("at {}", soon()),
+            "--prompt",
+            "check the build",
+            "--workdir",
+            &dir.display().to_string(),
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    };
+    make();
+    // A provider error: retried after its backoff, and the retry succeeds.
+    let v = flyto_tests::wait_until("the retry to succeed", flyto_tests::DEADLINE, || {
+        let v = show("j1");
+        let fires = v["fires"].as_array()?;
+        (fires.len() == 2 && fires[1]["plan_state"] == "succeeded").then_some(v)
+    });
+    let fires = v["fires"].as_array().unwrap();
+    assert_eq!(fires[0]["plan_state"], "failed", "{v}");
+    assert!(
+        fires[1]["outcome"].as_str().unwrap().ends_with("(retry 1)"),
+        "{v}"
+    );
+    assert_eq!(fires[0]["instant"], fires[1]["instant"]);
+    assert_ne!(fires[0]["plan"], fires[1]["plan"]);
+    assert_eq!(v["job"]["consecutive_failures"], 0);
+    // A request the provider refuses is not transient: no retry, it counts.
+    make();
+    let v = flyto_tests::wait_until("the failure counted", flyto_tests::DEADLINE, || {
+        let v = show("j2");
+        (v["job"]["consecutive_failures"] == 1).then_some(v)
+    });
+    assert_eq!(v["fires"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(fake.requests().len(), 3);
+}

@@ -12,7 +12,7 @@ use flyto_protocol::PlanSpec;
 use serde::{Deserialize, Serialize};
 
 pub const JOB_FORMAT_VERSION: u32 = 1;
-pub const FIRE_FORMAT_VERSION: u32 = 1;
+pub const FIRE_FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
@@ -103,6 +103,38 @@ pub struct FireRecord {
     /// The plan submitted (kept, so a resubmit after a crash is the same
     /// plan under the same key even if the job was edited since).
     pub plan: Option<PlanSpec>,
+    /// 0 for the instant's fire; 1, 2, … for retries after a transient
+    /// failure.
+    pub attempt: u32,
+}
+
+/// Format 1, before retries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FireRecordV1 {
+    pub job: u64,
+    pub instant_ms: u64,
+    pub at_ms: u64,
+    pub manual: bool,
+    pub outcome: FireOutcome,
+    pub plan: Option<PlanSpec>,
+}
+
+fn migrate_fire(version: u32, body: &[u8]) -> Result<FireRecord, String> {
+    match version {
+        1 => {
+            let v: FireRecordV1 = crate::store::decode_body(body)?;
+            Ok(FireRecord {
+                job: v.job,
+                instant_ms: v.instant_ms,
+                at_ms: v.at_ms,
+                manual: v.manual,
+                outcome: v.outcome,
+                plan: v.plan,
+                attempt: 0,
+            })
+        }
+        v => Err(format!("fire record format {v} is not known")),
+    }
 }
 
 pub fn format_id(id: u64) -> String {
@@ -122,6 +154,16 @@ pub fn fire_key(job: u64, instant_ms: u64, manual: bool) -> String {
     }
 }
 
+/// The key of a fire's plan, retries included.
+pub fn attempt_key(fire: &FireRecord) -> String {
+    let key = fire_key(fire.job, fire.instant_ms, fire.manual);
+    if fire.attempt == 0 {
+        key
+    } else {
+        format!("{key} retry {}", fire.attempt)
+    }
+}
+
 /// The job (`j<N>`) whose fire submitted the plan with idempotency key
 /// `key` (see [`fire_key`]): how a job's run is recognised.
 pub fn job_of_key(key: &str) -> Option<String> {
@@ -130,6 +172,11 @@ pub fn job_of_key(key: &str) -> Option<String> {
     let instant = rest
         .strip_prefix("at ")
         .or_else(|| rest.strip_prefix("manual "))?;
+    // A retry's key: `job jN at <ms> retry <k>`.
+    let instant = match instant.split_once(" retry ") {
+        Some((at, k)) if k.parse::<u32>().is_ok() => at,
+        _ => instant,
+    };
     (parse_id(id).is_some() && instant.parse::<u64>().is_ok()).then(|| id.to_string())
 }
 
@@ -145,10 +192,13 @@ fn fire_prefix(job: u64) -> Vec<u8> {
     k
 }
 
-fn fire_key_bytes(job: u64, instant_ms: u64, manual: bool) -> Vec<u8> {
+fn fire_key_bytes(job: u64, instant_ms: u64, manual: bool, attempt: u32) -> Vec<u8> {
     let mut k = fire_prefix(job);
     k.extend_from_slice(&instant_ms.to_be_bytes());
     k.push(u8::from(manual));
+    if attempt > 0 {
+        k.extend_from_slice(&attempt.to_be_bytes());
+    }
     k
 }
 
@@ -219,7 +269,7 @@ impl JobStore {
     pub fn put_fire(&self, fire: &FireRecord, job: &JobRecord) -> Result<(), StoreError> {
         let mut b = Batch::new();
         b.insert(
-            fire_key_bytes(fire.job, fire.instant_ms, fire.manual),
+            fire_key_bytes(fire.job, fire.instant_ms, fire.manual, fire.attempt),
             encode_record(FIRE_FORMAT_VERSION, fire),
         );
         b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
@@ -235,7 +285,7 @@ impl JobStore {
                 String::from_utf8_lossy(&k),
                 &v,
                 FIRE_FORMAT_VERSION,
-                |ver, _| Err(format!("fire record format {ver} is not known")),
+                migrate_fire,
             )?);
         }
         Ok(out)
@@ -291,6 +341,26 @@ pub fn plan_of(job: &JobRecord) -> PlanSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_format_1_fire_reads_as_the_instant_s_own_fire() {
+        let v1 = FireRecordV1 {
+            job: 3,
+            instant_ms: 60_000,
+            at_ms: 60_001,
+            manual: false,
+            outcome: FireOutcome::Submitted { plan: "p9".into() },
+            plan: None,
+        };
+        let bytes = encode_record(1, &v1);
+        let f: FireRecord = decode_record("f", &bytes, FIRE_FORMAT_VERSION, migrate_fire).unwrap();
+        assert_eq!(f.attempt, 0);
+        assert_eq!(f.outcome, v1.outcome);
+        assert_eq!(attempt_key(&f), "job j3 at 60000");
+        let retry = FireRecord { attempt: 2, ..f };
+        assert_eq!(attempt_key(&retry), "job j3 at 60000 retry 2");
+        assert_eq!(job_of_key(&attempt_key(&retry)).as_deref(), Some("j3"));
+    }
 
     #[test]
     fn a_fires_key_names_its_job_and_no_other_key_does() {

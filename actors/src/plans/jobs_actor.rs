@@ -10,8 +10,7 @@
 //! job's previous plan is still pending or running is `skipped`.
 
 use super::jobs::{
-    FireOutcome, FireRecord, JobRecord, JobStore, Mode, Template, fire_key, format_id, parse_id,
-    plan_of,
+    FireOutcome, FireRecord, JobRecord, JobStore, Mode, Template, format_id, parse_id, plan_of,
 };
 use super::reader::PlanReader;
 use super::schedule::{Schedule, machine_zone, tzdb_version};
@@ -46,6 +45,10 @@ struct Live {
     next: Option<u64>,
     /// The plan of the latest fire, and whether its end was counted.
     last_plan: Option<(String, bool)>,
+    /// (instant, attempt) of that fire, for a retry.
+    last_fire: Option<(u64, u32)>,
+    /// A retry waiting: (when, instant, attempt).
+    retry: Option<(u64, u64, u32)>,
     last_outcome: Option<String>,
 }
 
@@ -95,6 +98,8 @@ pub enum JobsMsg {
     /// A fire's task is done: its plan, or why not.
     Fired {
         job: u64,
+        instant: u64,
+        attempt: u32,
         result: Result<String, String>,
     },
 }
@@ -103,6 +108,33 @@ pub struct JobsArgs {
     pub store: JobStore,
     pub reader: PlanReader,
     pub clock: Arc<dyn Clock>,
+    /// Waits before the retries of a run that failed transiently.
+    pub retry_backoff: Vec<Duration>,
+}
+
+/// 30 s, 1 min, 5 min.
+pub fn default_retry_backoff() -> Vec<Duration> {
+    vec![
+        Duration::from_secs(30),
+        Duration::from_secs(60),
+        Duration::from_secs(300),
+    ]
+}
+
+/// A failure worth trying again soon: the provider was rate limiting,
+/// overloaded, failing on its side, or unreachable.
+fn transient(view: &flyto_protocol::PlanView) -> bool {
+    const MARKS: [&str; 5] = [
+        "rate limited",
+        "the provider is overloaded",
+        "provider server error",
+        "connection failed",
+        "timed out: ",
+    ];
+    view.steps
+        .iter()
+        .filter_map(|s| s.error.as_deref())
+        .any(|e| MARKS.iter().any(|m| e.contains(m)))
 }
 
 pub struct JobsState {
@@ -112,7 +144,12 @@ pub struct JobsState {
     jobs: HashMap<u64, Live>,
     /// (fire time with jitter, job): the earliest first.
     due: BTreeSet<(u64, u64)>,
+    /// (when, job): retries of transiently failed runs.
+    retries: BTreeSet<(u64, u64)>,
+    retry_backoff: Vec<Duration>,
     generation: u64,
+    /// When the pending tick comes (monotonic).
+    armed: Option<std::time::Instant>,
 }
 
 pub struct JobsActor;
@@ -203,17 +240,37 @@ impl JobsState {
         }
     }
 
+    /// Makes sure a tick comes by the earliest time something is due. A
+    /// tick already set for then or earlier stands: requests arriving
+    /// faster than the period must not keep pushing it back.
     fn arm(&mut self, myself: &ActorRef<JobsMsg>) {
+        let now = self.now();
+        let first = [self.due.first(), self.retries.first()]
+            .into_iter()
+            .flatten()
+            .map(|(at, _)| *at)
+            .min();
+        // A run whose end is not counted yet is looked at every second, so
+        // a failure (and its retry) is noticed soon.
+        let watching = self
+            .jobs
+            .values()
+            .any(|l| matches!(l.last_plan, Some((_, false))));
+        let most = if watching {
+            Duration::from_secs(1)
+        } else {
+            WAKE_AT_LEAST
+        };
+        let wait = first
+            .map_or(most, |at| Duration::from_millis(at.saturating_sub(now)))
+            .min(most);
+        let wake = std::time::Instant::now() + wait;
+        if self.armed.is_some_and(|at| at <= wake) {
+            return;
+        }
+        self.armed = Some(wake);
         self.generation += 1;
         let generation = self.generation;
-        let now = self.now();
-        let wait = self
-            .due
-            .first()
-            .map_or(WAKE_AT_LEAST, |(at, _)| {
-                Duration::from_millis(at.saturating_sub(now))
-            })
-            .min(WAKE_AT_LEAST);
         myself.send_after(wait, move || JobsMsg::Tick(generation));
     }
 
@@ -242,7 +299,23 @@ impl JobsState {
         };
         l.last_plan = Some((plan.clone(), true));
         l.last_outcome = Some(format!("{plan} {}", state_word(view.state)));
-        if failed {
+        let now = self.clock.now_ms();
+        let (instant, attempt) = l.last_fire.unwrap_or((now, 0));
+        let wait = self.retry_backoff.get(attempt as usize).copied();
+        let retry_at = wait.map(|w| now + w.as_millis() as u64);
+        // Never past the next instant: that one runs anyway.
+        let before_next = retry_at.is_some_and(|at| l.next.is_none_or(|n| at < n));
+        if failed && view.state == PlanState::Failed && transient(&view) && before_next {
+            if let Some(at) = retry_at {
+                l.retry = Some((at, instant, attempt + 1));
+                l.last_outcome = Some(format!(
+                    "{plan} failed transiently; retry {} at {}",
+                    attempt + 1,
+                    utc(at).to_rfc3339()
+                ));
+                self.retries.insert((at, id));
+            }
+        } else if failed {
             l.rec.consecutive_failures += 1;
             if l.rec.consecutive_failures >= l.rec.max_consecutive_failures.max(1) {
                 l.rec.enabled = false;
@@ -300,6 +373,7 @@ impl JobsState {
             manual: false,
             outcome: FireOutcome::Firing,
             plan: None,
+            attempt: 0,
         };
         if still_running {
             fire.outcome = FireOutcome::Skipped {
@@ -324,6 +398,38 @@ impl JobsState {
         }
     }
 
+    /// A retry that is due: recorded as a fire of the same instant with the
+    /// next attempt number, then submitted under its own key.
+    fn retry(&mut self, myself: &ActorRef<JobsMsg>, id: u64) {
+        let now = self.now();
+        let Some(l) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let Some((_, instant, attempt)) = l.retry.take() else {
+            return;
+        };
+        // Paused meanwhile: no retry. A one-shot stopped by its own fire
+        // still gets its retries.
+        if !l.rec.enabled && !l.schedule.once() {
+            return;
+        }
+        let fire = FireRecord {
+            job: id,
+            instant_ms: instant,
+            at_ms: now,
+            manual: false,
+            outcome: FireOutcome::Firing,
+            plan: Some(plan_of(&l.rec)),
+            attempt,
+        };
+        let rec = l.rec.clone();
+        if let Err(e) = self.store.put_fire(&fire, &rec) {
+            tracing::error!("job {}: cannot record its retry: {e}", format_id(id));
+            return;
+        }
+        self.submit(myself, fire, None);
+    }
+
     /// Submits a recorded fire's plan in a task, once the record is durable;
     /// `answer` hears the plan id.
     fn submit(
@@ -337,7 +443,8 @@ impl JobsState {
         let Some(plan) = fire.plan.clone() else {
             return;
         };
-        let key = fire_key(fire.job, fire.instant_ms, fire.manual);
+        let key = super::jobs::attempt_key(&fire);
+        let (instant, attempt) = (fire.instant_ms, fire.attempt);
         tokio::spawn(async move {
             let result = async {
                 store.synced().await?;
@@ -382,6 +489,8 @@ impl JobsState {
             }
             let _ = me.cast(JobsMsg::Fired {
                 job: fire.job,
+                instant,
+                attempt,
                 result,
             });
         });
@@ -412,7 +521,13 @@ impl JobsState {
                     rec,
                     schedule,
                     next: None,
+                    last_fire: fires
+                        .iter()
+                        .rev()
+                        .find(|f| matches!(f.outcome, FireOutcome::Submitted { .. }))
+                        .map(|f| (f.instant_ms, f.attempt)),
                     last_plan,
+                    retry: None,
                     last_outcome: fires.last().map(outcome_word),
                 },
             );
@@ -471,6 +586,7 @@ impl JobsState {
                     first_ms: first,
                 },
                 plan: None,
+                attempt: 0,
             };
             let rec = l.rec.clone();
             if let Err(e) = self.store.put_fire(&fire, &rec) {
@@ -607,6 +723,8 @@ impl JobsState {
                 schedule,
                 next: None,
                 last_plan: None,
+                last_fire: None,
+                retry: None,
                 last_outcome: None,
             },
         );
@@ -647,6 +765,15 @@ fn state_word(s: PlanState) -> &'static str {
 }
 
 fn outcome_word(f: &FireRecord) -> String {
+    let word = outcome_only(f);
+    if f.attempt > 0 {
+        format!("{word} (retry {})", f.attempt)
+    } else {
+        word
+    }
+}
+
+fn outcome_only(f: &FireRecord) -> String {
     match &f.outcome {
         FireOutcome::Firing => "firing".into(),
         FireOutcome::Submitted { plan } => format!("submitted {plan}"),
@@ -674,7 +801,10 @@ impl Actor for JobsActor {
             clock: args.clock,
             jobs: HashMap::new(),
             due: BTreeSet::new(),
+            retries: BTreeSet::new(),
+            retry_backoff: args.retry_backoff,
             generation: 0,
+            armed: None,
         };
         s.load(&myself).map_err(|r| r.message)?;
         s.arm(&myself);
@@ -692,6 +822,7 @@ impl Actor for JobsActor {
                 if generation != s.generation {
                     return Ok(());
                 }
+                s.armed = None;
                 let now = s.now();
                 while let Some(&(at, id)) = s.due.first() {
                     if at > now {
@@ -705,6 +836,13 @@ impl Actor for JobsActor {
                         Some(instant) => s.fire(&myself, id, instant),
                         None => s.reindex(id, now),
                     }
+                }
+                while let Some(&(at, id)) = s.retries.first() {
+                    if at > now {
+                        break;
+                    }
+                    s.retries.remove(&(at, id));
+                    s.retry(&myself, id);
                 }
                 for id in s.jobs.keys().copied().collect::<Vec<_>>() {
                     s.account(id);
@@ -776,10 +914,13 @@ impl Actor for JobsActor {
                 let r = s.find(&id).and_then(|n| {
                     let view = s.view(&s.jobs[&n]);
                     s.store.delete(n).map_err(Reject::internal)?;
-                    if let Some(l) = s.jobs.remove(&n)
-                        && let Some(next) = l.next
-                    {
-                        s.due.remove(&(next + l.jitter_ms(), n));
+                    if let Some(l) = s.jobs.remove(&n) {
+                        if let Some(next) = l.next {
+                            s.due.remove(&(next + l.jitter_ms(), n));
+                        }
+                        if let Some((at, _, _)) = l.retry {
+                            s.retries.remove(&(at, n));
+                        }
                     }
                     Ok(view)
                 });
@@ -795,6 +936,7 @@ impl Actor for JobsActor {
                         manual: true,
                         outcome: FireOutcome::Firing,
                         plan: Some(plan_of(&s.jobs[&n].rec)),
+                        attempt: 0,
                     };
                     (n, fire)
                 });
@@ -813,12 +955,18 @@ impl Actor for JobsActor {
                     }
                 }
             }
-            JobsMsg::Fired { job, result } => {
+            JobsMsg::Fired {
+                job,
+                instant,
+                attempt,
+                result,
+            } => {
                 if let Some(l) = s.jobs.get_mut(&job) {
                     match result {
                         Ok(plan) => {
                             l.last_outcome = Some(format!("submitted {plan}"));
                             l.last_plan = Some((plan, false));
+                            l.last_fire = Some((instant, attempt));
                         }
                         Err(why) => l.last_outcome = Some(format!("failed: {why}")),
                     }
