@@ -343,3 +343,56 @@ fn a_transient_failure_is_retried_and_another_failure_counts() {
     assert_eq!(v["fires"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(fake.requests().len(), 3);
 }
+
+#[test]
+fn a_plan_submitted_from_a_jobs_run_carries_the_mark_and_cannot_schedule() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "c9",
+            "schedule_create",
+            json!({"schedule": "every 1m", "prompt": "again"}).to_string(),
+        ),
+        Reply::text("refused, as it should be"),
+    ]);
+    let dir = workdir(&env, "proj");
+    // The job's run is a step that submits a sub-plan with an agent step.
+    let step = format!(
+        "{} submit_plan --prompt 'schedule something' --workdir {} --wait",
+        flyto_tests::bin("flytoctl").display(),
+        dir.display()
+    );
+    let plan = env.work.join("nest.toml");
+    std::fs::write(
+        &plan,
+        format!("[[steps]]\nid = \"nest\"\nrun = \"{step}\"\n"),
+    )
+    .unwrap();
+    let out = env.ctl(&[
+        "job_create",
+        "--schedule",
+        "0 0 1 1 *",
+        "--plan",
+        &plan.display().to_string(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(env.ctl(&["job_run", "j1"]).code, 0);
+    let refusal =
+        flyto_tests::wait_until("the sub-plan's tool result", flyto_tests::DEADLINE, || {
+            fake.requests().iter().find_map(|b| {
+                request_messages(b)
+                    .iter()
+                    .any(|m| m["role"] == "tool" && m["tool_call_id"] == "c9")
+                    .then(|| request_tool_result(b, "c9"))
+            })
+        });
+    assert!(
+        refusal.contains("this run was started by job j1"),
+        "{refusal}"
+    );
+    assert!(
+        offered(&fake.requests()[0])
+            .iter()
+            .all(|t| !t.starts_with("schedule_"))
+    );
+    assert_eq!(jobs(&env).len(), 1);
+}

@@ -778,6 +778,36 @@ impl SchedulerState {
         Ok(())
     }
 
+    /// The job whose run plan `plan` is part of: its own key's, or, for a
+    /// plan submitted from inside a chain, the chain root's (so a job's
+    /// run cannot escape the mark by submitting a sub-plan).
+    fn job_of_chain(&self, plan: u64) -> Option<String> {
+        let key_job = |rec: &PlanRecord| {
+            rec.idempotency_key
+                .as_deref()
+                .and_then(super::jobs::job_of_key)
+        };
+        let rec = &self.active.get(&plan)?.rec;
+        if let Some(job) = key_job(rec) {
+            return Some(job);
+        }
+        if rec.depth == 0 {
+            return None;
+        }
+        let root = super::model::parse_id(&rec.chain)?;
+        match self.active.get(&root) {
+            Some(r) => key_job(&r.rec),
+            None => self
+                .reader
+                .store
+                .get(root)
+                .ok()
+                .flatten()
+                .as_ref()
+                .and_then(key_job),
+        }
+    }
+
     /// Marks step `i` started and returns what launches its run, which the
     /// caller registers with `after_sync` once the record saying so is
     /// written: a crash must never leave a run the record does not count.
@@ -788,6 +818,7 @@ impl SchedulerState {
         myself: &ActorRef<SchedulerMsg>,
     ) -> Option<AfterSync> {
         let now = self.now();
+        let job = self.job_of_chain(plan);
         let config = &self.config;
         let log_dir = self.reader.log_dir.clone();
         let ap = self.active.get_mut(&plan)?;
@@ -800,11 +831,6 @@ impl SchedulerState {
             .map(|(_, b)| b)
             .find(|b| !b.is_off())
             .cloned();
-        let job = ap
-            .rec
-            .idempotency_key
-            .as_deref()
-            .and_then(super::jobs::job_of_key);
         let step = &mut ap.rec.steps[i];
         step.started_ms = Some(now);
         step.finished_ms = None;
