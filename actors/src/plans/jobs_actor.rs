@@ -150,6 +150,9 @@ pub struct JobsState {
     generation: u64,
     /// When the pending tick comes (monotonic).
     armed: Option<std::time::Instant>,
+    /// Jobs whose latest plan has not been seen to end: only these are
+    /// looked at on a tick.
+    unsettled: BTreeSet<u64>,
 }
 
 pub struct JobsActor;
@@ -252,10 +255,7 @@ impl JobsState {
             .min();
         // A run whose end is not counted yet is looked at every second, so
         // a failure (and its retry) is noticed soon.
-        let watching = self
-            .jobs
-            .values()
-            .any(|l| matches!(l.last_plan, Some((_, false))));
+        let watching = !self.unsettled.is_empty();
         let most = if watching {
             Duration::from_secs(1)
         } else {
@@ -287,9 +287,13 @@ impl JobsState {
             return;
         };
         let Some((plan, false)) = l.last_plan.clone() else {
+            self.unsettled.remove(&id);
             return;
         };
         let Ok(view) = self.reader.status(&plan) else {
+            // Removed (plan_remove): nothing to count.
+            l.last_plan = Some((plan, true));
+            self.unsettled.remove(&id);
             return;
         };
         let failed = match view.state {
@@ -298,6 +302,7 @@ impl JobsState {
             _ => return,
         };
         l.last_plan = Some((plan.clone(), true));
+        self.unsettled.remove(&id);
         l.last_outcome = Some(format!("{plan} {}", state_word(view.state)));
         let now = self.clock.now_ms();
         let (instant, attempt) = l.last_fire.unwrap_or((now, 0));
@@ -531,6 +536,8 @@ impl JobsState {
                     last_outcome: fires.last().map(outcome_word),
                 },
             );
+            // Its last plan's end is counted once seen.
+            self.unsettled.insert(id);
             // A fire recorded but never submitted (a crash between the
             // two): submit it now, under its key.
             for f in fires
@@ -805,6 +812,7 @@ impl Actor for JobsActor {
             retry_backoff: args.retry_backoff,
             generation: 0,
             armed: None,
+            unsettled: BTreeSet::new(),
         };
         s.load(&myself).map_err(|r| r.message)?;
         s.arm(&myself);
@@ -844,7 +852,7 @@ impl Actor for JobsActor {
                     s.retries.remove(&(at, id));
                     s.retry(&myself, id);
                 }
-                for id in s.jobs.keys().copied().collect::<Vec<_>>() {
+                for id in s.unsettled.clone() {
                     s.account(id);
                 }
             }
@@ -966,6 +974,7 @@ impl Actor for JobsActor {
                         Ok(plan) => {
                             l.last_outcome = Some(format!("submitted {plan}"));
                             l.last_plan = Some((plan, false));
+                            s.unsettled.insert(job);
                             l.last_fire = Some((instant, attempt));
                         }
                         Err(why) => l.last_outcome = Some(format!("failed: {why}")),
