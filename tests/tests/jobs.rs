@@ -810,3 +810,32 @@ fn editing_a_job_as_it_fires_still_gives_each_instant_one_plan() {
     assert_eq!(plans.len(), m, "two fires share a plan: {f:?}");
     assert!(n >= 10);
 }
+
+#[test]
+fn jitter_is_a_fixed_offset_of_at_most_the_value_given() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let plan = plan_file(&env, "j", "true");
+    let mut offsets = Vec::new();
+    for _ in 0..6 {
+        let id = create(
+            &env,
+            &["--schedule", "@hourly", "--plan", &plan, "--jitter", "600"],
+        );
+        let job = &json(&env, &["job_show", &id])["job"];
+        let next =
+            chrono::DateTime::parse_from_rfc3339(job["next_fire_utc"].as_str().unwrap()).unwrap();
+        let offset = next.timestamp() % 3600;
+        assert!(offset <= 600, "{job}");
+        // Fixed: asked again, the same instant.
+        assert_eq!(
+            json(&env, &["job_show", &id])["job"]["next_fire_utc"],
+            job["next_fire_utc"]
+        );
+        offsets.push(offset);
+    }
+    // Derived from the id: not all jobs get the same offset.
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert!(offsets.len() > 1, "{offsets:?}");
+}
