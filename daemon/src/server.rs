@@ -698,6 +698,16 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     ErrorCode::Unavailable,
                     "flytod is shutting down: submit the plan again once it has restarted",
                 ))
+            } else if idempotency_key
+                .as_deref()
+                .is_some_and(|k| flyto_actors::plans::jobs::job_of_key(k).is_some())
+            {
+                // Such a key marks a job's run (no schedule tools): a client
+                // may not borrow it.
+                Err(Reject::new(
+                    ErrorCode::BadRequest,
+                    "idempotency keys of the form `job jN at <ms>` are the jobs' own: choose another key",
+                ))
             } else {
                 let origin = sink.scope.as_deref().map(Scope::child);
                 let early = matches!(sink.mode, Mode::Binary).then(|| EarlySubmit::new(&sink.w));

@@ -839,3 +839,18 @@ fn jitter_is_a_fixed_offset_of_at_most_the_value_given() {
     offsets.dedup();
     assert!(offsets.len() > 1, "{offsets:?}");
 }
+
+#[test]
+fn a_client_cannot_borrow_a_jobs_idempotency_key() {
+    let env = TestEnv::new("");
+    let _daemon = env.start();
+    let mut client = env.client();
+    let err = client
+        .call(&flyto_protocol::Request::SubmitPlan {
+            plan: TestEnv::run_plan("true"),
+            idempotency_key: Some("job j3 at 60000".into()),
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("are the jobs' own"), "{err}");
+    assert!(env.plans().is_empty());
+}
