@@ -114,15 +114,29 @@ impl Store {
             source,
         };
         let sync_err = |path: PathBuf| move |source| StoreError::Sync { path, source };
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes)
             .mode(sled::Mode::HighThroughput)
             // The commit thread checkpoints; sled's own flusher would only
             // add disk syncs competing with the WAL's.
-            .flush_every_ms(None)
-            .open()
-            .map_err(sled_err)?;
+            .flush_every_ms(None);
+        // A store closed in this process a moment ago may still hold sled's
+        // file lock in one of sled's IO threads finishing a write: wait for
+        // it (briefly). Another process's lock is flytod.lock's business.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let db = loop {
+            match config.open() {
+                Ok(db) => break db,
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(sled_err(e)),
+            }
+        };
         let wal_path = dir.join(wal::WAL_FILE);
         let bytes = wal::read(&wal_path).map_err(sync_err(wal_path.clone()))?;
         let recovery = wal::replay(&db, &bytes).map_err(sled_err)?;
