@@ -47,18 +47,7 @@ fn answered<T>(r: Result<CallResult<T>, ractor::MessagingErr<DreamMsg>>) -> Resu
 }
 
 fn project(dir: &str) -> Result<String, Reject> {
-    project_for(Path::new(dir)).map_err(|e| Reject::new(ErrorCode::BadRequest, e))
-}
-
-fn refused(message: String) -> Reject {
-    let code = if message.contains("already running") || message.contains("is running") {
-        ErrorCode::Conflict
-    } else if message.starts_with("no ") {
-        ErrorCode::NotFound
-    } else {
-        ErrorCode::BadRequest
-    };
-    Reject::new(code, message)
+    project_for(Path::new(dir))
 }
 
 pub async fn handle(state_dir: &Path, req: &Request) -> Option<Result<Response, Reject>> {
@@ -116,7 +105,7 @@ pub async fn handle(state_dir: &Path, req: &Request) -> Option<Result<Response, 
                     )
                     .await,
                 )
-                .and_then(|r| r.map_err(refused))
+                .and_then(|r| r)
                 .and_then(|rec| json(&rec)),
                 Err(r) => Err(r),
             }
@@ -135,7 +124,7 @@ pub async fn handle(state_dir: &Path, req: &Request) -> Option<Result<Response, 
                     )
                     .await,
                 )
-                .and_then(|r| r.map_err(refused))
+                .and_then(|r| r)
                 .and_then(|meta| json(&meta)),
                 Err(r) => Err(r),
             }

@@ -1225,7 +1225,8 @@ fn job_next(
 
 /// The `job_*` requests, asked of the jobs actor.
 async fn jobs_request(req: Request) -> Result<Response, Reject> {
-    use flyto_actors::plans::jobs_actor::{JOBS_NAME, JobsMsg, tzdb};
+    use flyto_actors::plans::jobs_actor::{JOBS_NAME, JobsMsg};
+    use flyto_actors::plans::schedule::tzdb_version as tzdb;
     let Some(cell) = ractor::registry::where_is(JOBS_NAME.into()) else {
         return Err(Reject::new(
             ErrorCode::Unavailable,

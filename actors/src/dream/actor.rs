@@ -10,6 +10,8 @@ use super::record::{Gate, Lease, ProjectDir, ProjectState, RunRecord, run_number
 use super::run::{RunArgs, RunCtx};
 use super::{DREAM_NAME, DreamConfig, backoff};
 use crate::memory::versions::{Layout, VersionMeta};
+use crate::plans::Reject;
+use flyto_protocol::ErrorCode;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -108,7 +110,7 @@ pub struct Project {
     pub state: ProjectState,
     pub running: Option<(String, CancellationToken)>,
     pub checks: VecDeque<Check>,
-    waiters: Vec<RpcReplyPort<Result<RunRecord, String>>>,
+    waiters: Vec<RpcReplyPort<Result<RunRecord, Reject>>>,
 }
 
 /// The gates, cheapest first.
@@ -207,7 +209,7 @@ pub enum DreamMsg {
     Run {
         workdir: PathBuf,
         dry_run: bool,
-        reply: RpcReplyPort<Result<RunRecord, String>>,
+        reply: RpcReplyPort<Result<RunRecord, Reject>>,
     },
     Done {
         project: String,
@@ -220,7 +222,7 @@ pub enum DreamMsg {
     Undo {
         workdir: PathBuf,
         run: Option<String>,
-        reply: RpcReplyPort<Result<VersionMeta, String>>,
+        reply: RpcReplyPort<Result<VersionMeta, Reject>>,
     },
     Reconfigure(DreamConfig),
 }
@@ -240,10 +242,6 @@ pub struct DreamState {
 }
 
 pub struct DreamActor;
-
-fn project_root(state_dir: &Path, id: &str) -> PathBuf {
-    state_dir.join("projects").join(id)
-}
 
 impl DreamState {
     /// Reads what survives a restart, and settles runs a crash cut short:
@@ -345,21 +343,28 @@ impl DreamState {
         project: &str,
         manual: bool,
         dry_run: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Reject> {
         let now = self.ctx.clock.now_ms();
         let config = self.config.clone();
         let Some(p) = self.projects.get_mut(project) else {
-            return Err(format!("no project {project} is known to the dream room"));
+            return Err(Reject::new(
+                ErrorCode::NotFound,
+                format!("no project {project} is known to the dream room"),
+            ));
         };
         if let Some((run, _)) = &p.running {
-            return Err(format!(
-                "a dream is already running for this project (run {run}): wait for it, `flytoctl dream_status` shows it"
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "a dream is already running for this project (run {run}): wait for it, `flytoctl dream_status` shows it"
+                ),
             ));
         }
         if p.workdir.is_empty() {
-            return Err(
-                "this project's directory is not known yet: start a session in it first".into(),
-            );
+            return Err(Reject::new(
+                ErrorCode::BadRequest,
+                "this project's directory is not known yet: start a session in it first",
+            ));
         }
         let id = format!("d{}", self.next_run);
         self.next_run += 1;
@@ -371,7 +376,12 @@ impl DreamState {
             pid: std::process::id(),
             taken_ms: now,
         })
-        .map_err(|e| format!("cannot take the dream lease in {}: {e}", pd.root.display()))?;
+        .map_err(|e| {
+            Reject::new(
+                ErrorCode::Internal,
+                format!("cannot take the dream lease in {}: {e}", pd.root.display()),
+            )
+        })?;
         let cancel = self.cancel.child_token();
         p.running = Some((id.clone(), cancel.clone()));
         let args = RunArgs {
@@ -406,7 +416,7 @@ impl DreamState {
         p.running = None;
         if record.applied() {
             let layout = Layout {
-                root: project_root(&self.ctx.state_dir, project),
+                root: pd.root.clone(),
             };
             p.last_success_ms = layout
                 .live_meta()
@@ -480,8 +490,8 @@ impl DreamState {
 }
 
 /// The project id of a directory a person names.
-pub fn project_for(dir: &Path) -> Result<String, String> {
-    crate::memory::project_of(dir).map_err(|e| e.to_string())
+pub fn project_for(dir: &Path) -> Result<String, Reject> {
+    crate::memory::project_of(dir).map_err(|e| Reject::new(e.code(), e.to_string()))
 }
 
 impl Actor for DreamActor {
@@ -520,7 +530,7 @@ impl Actor for DreamActor {
                 let now = state.ctx.clock.now_ms();
                 for project in state.check_round(now) {
                     if let Err(e) = state.start(&myself, &project, false, false) {
-                        tracing::warn!("dream of {project}: {e}");
+                        tracing::warn!("dream of {project}: {}", e.message);
                     }
                 }
                 myself.send_after(state.config.check_every, || DreamMsg::Tick);
@@ -536,9 +546,10 @@ impl Actor for DreamActor {
                 reply,
             } => {
                 if !state.config.enabled {
-                    let _ = reply.send(Err(
-                        "consolidation is off ([dream] enabled = false in the config): set enabled = true and reload (SIGHUP) to run it".into(),
-                    ));
+                    let _ = reply.send(Err(Reject::new(
+                        ErrorCode::BadRequest,
+                        "consolidation is off ([dream] enabled = false in the config): set enabled = true and reload (SIGHUP) to run it",
+                    )));
                     return Ok(());
                 }
                 let project = match project_for(&workdir) {
@@ -589,8 +600,11 @@ impl Actor for DreamActor {
                 if let Ok(p) = &project
                     && let Some((r, _)) = state.projects.get(p).and_then(|p| p.running.as_ref())
                 {
-                    let _ = reply.send(Err(format!(
-                        "a dream is running for this project (run {r}): undo after it ends"
+                    let _ = reply.send(Err(Reject::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "a dream is running for this project (run {r}): undo after it ends"
+                        ),
                     )));
                     return Ok(());
                 }
@@ -600,7 +614,7 @@ impl Actor for DreamActor {
                     let done = memory
                         .undo(&workdir, run, keep)
                         .await
-                        .map_err(|e| e.to_string());
+                        .map_err(|e| Reject::new(e.code(), e.to_string()));
                     let _ = reply.send(done);
                 });
             }

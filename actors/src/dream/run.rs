@@ -175,9 +175,13 @@ async fn work(
     let result = read_files(&staged.dir)
         .map_err(|e| format!("failed: cannot read the staged result: {e}"))?;
     let cap = args.config.max_removed;
-    let diff = validate::check(&staged.base, &result, cap, &rec.citations);
-    rec.diff = validate::diff(&staged.base, &result);
-    if let Err(why) = diff {
+    let checked = validate::check(&staged.base, &result, cap, &rec.citations);
+    rec.diff = match &checked {
+        Ok(d) => d.clone(),
+        // The attempt is recorded too, for `dream_diff`.
+        Err(_) => validate::diff(&staged.base, &result),
+    };
+    if let Err(why) = checked {
         return Err(format!(
             "rejected: {why}; nothing was applied, the staged result is kept in {}",
             staged.dir.display()

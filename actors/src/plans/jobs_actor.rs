@@ -13,7 +13,7 @@ use super::jobs::{
     FireOutcome, FireRecord, JobRecord, JobStore, Mode, Template, format_id, parse_id, plan_of,
 };
 use super::reader::PlanReader;
-use super::schedule::{Schedule, machine_zone, tzdb_version};
+use super::schedule::{Schedule, machine_zone};
 use super::{Reject, SCHEDULER_NAME, SchedulerMsg};
 use crate::clock::Clock;
 use chrono::{DateTime, Utc};
@@ -985,9 +985,4 @@ impl Actor for JobsActor {
         s.arm(&myself);
         Ok(())
     }
-}
-
-/// The tz database the job views are computed with.
-pub fn tzdb() -> &'static str {
-    tzdb_version()
 }
