@@ -854,3 +854,16 @@ fn a_client_cannot_borrow_a_jobs_idempotency_key() {
     assert!(err.to_string().contains("are the jobs' own"), "{err}");
     assert!(env.plans().is_empty());
 }
+
+#[test]
+fn a_bad_retry_backoff_is_a_config_error() {
+    let env = TestEnv::new("[jobs]\nretry_backoff = [\"30s\", \"soon\"]\n");
+    let log = env
+        .try_start(&[])
+        .err()
+        .expect("flytod started with a bad [jobs]");
+    assert!(
+        log.contains("[jobs] retry_backoff: `soon` is not a duration"),
+        "{log}"
+    );
+}
