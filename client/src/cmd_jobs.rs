@@ -98,8 +98,9 @@ pub struct JobArgs {
     /// Stop the job at this time (RFC 3339, or a local date and time)
     #[arg(long, value_name = "AT")]
     pub expires: Option<String>,
-    /// A channel binding to notify (checked once channels exist)
-    #[arg(long)]
+    /// Where to send each run's result: a channel binding, BINDING or
+    /// BINDING:CHAT (e.g. telegram:123456)
+    #[arg(long, value_name = "BINDING[:CHAT]")]
     pub notify: Option<String>,
     /// Disable the job after this many failed runs in a row [default: 5]
     #[arg(long, value_name = "N")]

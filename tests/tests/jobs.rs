@@ -635,6 +635,28 @@ fn bad_job_input_gets_a_clear_error() {
             vec!["--schedule", "@daily", "--prompt", "x", "--mode", "shared"],
             "mode `shared` is not known",
         ),
+        (
+            vec![
+                "--schedule",
+                "@daily",
+                "--prompt",
+                "x",
+                "--notify",
+                "tele gram",
+            ],
+            "is not a channel binding name",
+        ),
+        (
+            vec![
+                "--schedule",
+                "@daily",
+                "--prompt",
+                "x",
+                "--notify",
+                "telegram:",
+            ],
+            "must be a chat id",
+        ),
     ] {
         let mut all = vec!["job_create"];
         all.extend(args.iter().copied());

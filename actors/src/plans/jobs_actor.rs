@@ -1,6 +1,7 @@
 //! The JobsActor (registered as [`JOBS_NAME`]): keeps every job's next
-//! fire in an ordered index and sleeps until the earliest (waking at least
-//! every [`WAKE_AT_LEAST`] to notice a clock that jumped). A due instant
+//! fire in an ordered index and sleeps until the earliest; a clock that is
+//! set wakes it at once (and it wakes at least every [`WAKE_AT_LEAST`] where
+//! that cannot be heard of). A due instant
 //! is recorded as a fire (durably, with the plan it will submit) before
 //! the plan is submitted under the fire's idempotency key, in a task the
 //! actor owns, so the mailbox never waits on the scheduler or the disk.
@@ -66,6 +67,9 @@ impl Live {
 pub enum JobsMsg {
     /// Fires what is due, then sleeps again; a stale generation is ignored.
     Tick(u64),
+    /// The wall clock was set: the pending tick was computed from the old
+    /// time, so look now.
+    ClockSet,
     Create {
         spec: Box<JobSpec>,
         reply: RpcReplyPort<Result<(JobView, Vec<String>), Reject>>,
@@ -153,9 +157,38 @@ pub struct JobsState {
     /// Jobs whose latest plan has not been seen to end: only these are
     /// looked at on a tick.
     unsettled: BTreeSet<u64>,
+    /// Forwards the clock's jumps to the mailbox; ends with the actor.
+    jump_watch: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub struct JobsActor;
+
+/// `BINDING` or `BINDING:CHAT`: a binding's name as in `[channels.NAME]`,
+/// and optionally the chat to write to (else the binding's owner chat).
+fn check_notify(n: &str) -> Result<(), String> {
+    let (binding, chat) = match n.split_once(':') {
+        Some((b, c)) => (b, Some(c)),
+        None => (n, None),
+    };
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    if !name_ok(binding) {
+        return Err(format!(
+            "--notify {n:?}: `{binding}` is not a channel binding name (letters, digits, `_` and `-`); give BINDING or BINDING:CHAT, e.g. telegram or telegram:123456"
+        ));
+    }
+    if let Some(chat) = chat
+        && (chat.is_empty() || chat.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(format!(
+            "--notify {n:?}: the chat after `:` must be a chat id without spaces, e.g. telegram:123456"
+        ));
+    }
+    Ok(())
+}
 
 fn parse_time(s: &str, tz: &str) -> Result<u64, Reject> {
     let (sched, _) = Schedule::parse(&format!("at {s}"), tz, utc(0)).map_err(|e| bad(e.0))?;
@@ -680,9 +713,7 @@ impl JobsState {
             rec.expires_ms = Some(at);
         }
         if let Some(n) = &spec.notify {
-            if n.trim().is_empty() {
-                return Err(bad("--notify names a channel binding; it is empty"));
-            }
+            check_notify(n).map_err(bad)?;
             rec.notify = Some(n.clone());
         }
         if let Some(m) = spec.max_consecutive_failures {
@@ -813,10 +844,32 @@ impl Actor for JobsActor {
             generation: 0,
             armed: None,
             unsettled: BTreeSet::new(),
+            jump_watch: None,
         };
+        if let Some(mut jumps) = s.clock.jumps() {
+            let me = myself.clone();
+            s.jump_watch = Some(tokio::spawn(async move {
+                while jumps.changed().await.is_ok() {
+                    if me.send_message(JobsMsg::ClockSet).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
         s.load(&myself).map_err(|r| r.message)?;
         s.arm(&myself);
         Ok(s)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<JobsMsg>,
+        s: &mut JobsState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(w) = s.jump_watch.take() {
+            w.abort();
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -855,6 +908,15 @@ impl Actor for JobsActor {
                 for id in s.unsettled.clone() {
                     s.account(id);
                 }
+            }
+            JobsMsg::ClockSet => {
+                tracing::info!("the system clock was set: looking again at what is due");
+                s.armed = None;
+                s.generation += 1;
+                let generation = s.generation;
+                // Through the mailbox, so this is one tick like any other.
+                let _ = myself.send_message(JobsMsg::Tick(generation));
+                return Ok(());
             }
             JobsMsg::Create { spec, reply } => {
                 let _ = reply.send(s.create(&spec));
@@ -984,5 +1046,109 @@ impl Actor for JobsActor {
         }
         s.arm(&myself);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SystemClock};
+    use crate::plans::store::SledPlanStore;
+    use crate::store::Store;
+
+    const T0: u64 = 1_780_000_000_000;
+
+    async fn start(clock: &ManualClock, dir: &std::path::Path) -> (ActorRef<JobsMsg>, JobStore) {
+        let store = Store::open(&dir.join("db"), 8 << 20).unwrap();
+        let plans: Arc<dyn crate::plans::PlanStore> =
+            Arc::new(SledPlanStore::open(store.clone()).unwrap());
+        let job_store = JobStore::open(store).unwrap();
+        let args = JobsArgs {
+            store: job_store.clone(),
+            reader: PlanReader::new(plans, dir.join("logs")),
+            clock: Arc::new(clock.clone()),
+            retry_backoff: default_retry_backoff(),
+        };
+        (
+            Actor::spawn(None, JobsActor, args).await.unwrap().0,
+            job_store,
+        )
+    }
+
+    async fn list(jobs: &ActorRef<JobsMsg>) -> Vec<JobView> {
+        match jobs
+            .call(|reply| JobsMsg::List { reply }, None)
+            .await
+            .unwrap()
+        {
+            ractor::rpc::CallResult::Success(r) => r.unwrap(),
+            _ => panic!("no answer"),
+        }
+    }
+
+    /// Until job 1 has a fire on disk, for at most `secs`. Read from the
+    /// store, not asked of the actor: any request wakes it to look again.
+    async fn fire_within(store: &JobStore, secs: u64) -> Option<FireRecord> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            if let Some(f) = store.fires(1).unwrap().pop() {
+                return Some(f);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    // The pending tick was set for (at most) 30 s of real time; setting the
+    // clock past the instant must fire it now, not when that tick comes.
+    #[tokio::test]
+    async fn setting_the_clock_past_an_instant_fires_it_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let (jobs, store) = start(&clock, tmp.path()).await;
+        let spec = JobSpec {
+            schedule: Some("every 1h".into()),
+            tz: Some("UTC".into()),
+            prompt: Some("hello".into()),
+            ..JobSpec::default()
+        };
+        let created = jobs
+            .call(
+                |reply| JobsMsg::Create {
+                    spec: Box::new(spec),
+                    reply,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let ractor::rpc::CallResult::Success(Ok((view, _))) = created else {
+            panic!("job not created");
+        };
+        let next = chrono::DateTime::parse_from_rfc3339(view.next_fire_utc.as_deref().unwrap())
+            .unwrap()
+            .timestamp_millis() as u64;
+        assert!(next > T0 && next <= T0 + 3_600_000);
+        assert!(
+            fire_within(&store, 1).await.is_none(),
+            "fired before its time"
+        );
+
+        clock.set_ms(next + 200);
+        let fire = fire_within(&store, 10).await;
+        let fire = fire.expect("a clock set past the instant did not fire the job");
+        assert_eq!(fire.instant_ms, next);
+        // No scheduler runs in this test: the fire's submission fails, and
+        // the list says so.
+        let view = &list(&jobs).await[0];
+        let outcome = view.last_outcome.clone().unwrap_or_default();
+        assert!(outcome.contains("scheduler is not running"), "{outcome}");
+        jobs.stop(None);
+    }
+
+    #[test]
+    fn the_system_clock_can_be_watched_for_sets() {
+        // Arming the timerfd works here; a set itself needs CAP_SYS_TIME.
+        assert!(SystemClock.jumps().is_some());
     }
 }
