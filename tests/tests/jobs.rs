@@ -796,9 +796,9 @@ fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
 }
 
 #[test]
-fn editing_a_job_as_it_fires_still_gives_each_instant_one_plan() {
+fn editing_a_job_or_reloading_as_it_fires_still_gives_each_instant_one_plan() {
     let env = TestEnv::new("");
-    let _daemon = env.start();
+    let daemon = env.start();
     let a = plan_file(&env, "a", "echo a");
     let b = plan_file(&env, "b", "echo b");
     let id = create(&env, &["--schedule", "every 1s", "--plan", &a]);
@@ -818,6 +818,8 @@ fn editing_a_job_as_it_fires_still_gives_each_instant_one_plan() {
             &env,
             &["job_update", &id, "--plan", plan, "--schedule", every],
         );
+        // A reload as well, right at the fire: it must not re-fire it.
+        daemon.signal(libc::SIGHUP);
     }
     let f = fires(&env, &id);
     let mut instants: Vec<&str> = f.iter().map(|f| f["instant"].as_str().unwrap()).collect();
