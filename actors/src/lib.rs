@@ -6,6 +6,7 @@
 //! This crate knows nothing about sockets, connections or the wire encoding:
 //! the daemon translates requests into actor messages.
 
+pub mod channels;
 pub mod clock;
 pub mod compaction;
 pub mod dream;

@@ -1,0 +1,10 @@
+//! The channels room: chat platforms (Telegram, WeChat iLink, WeCom, an
+//! inbox folder) as bindings, each with one poller; an inbound message is
+//! journaled before the platform's cursor moves, gets exactly one agent
+//! turn in its chat's own persistent session, and its reply goes out
+//! through a persisted outbox. The room reaches sessions only through the
+//! session manager's messages and may not touch plans or memory.
+
+pub mod platform;
+
+pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
