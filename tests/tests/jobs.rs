@@ -471,9 +471,11 @@ fn a_job_submits_one_plan_per_instant_and_shows_its_runs() {
             "ticker",
         ],
     );
-    let seen = flyto_tests::wait_until("three fires", flyto_tests::DEADLINE, || {
+    // A fire is recorded as `firing` before its plan is submitted: wait
+    // until the first three have theirs.
+    let seen = flyto_tests::wait_until("three submitted fires", flyto_tests::DEADLINE, || {
         let f = fires(&env, &id);
-        (f.len() >= 3).then_some(f)
+        (f.len() >= 3 && f[..3].iter().all(|f| f["outcome"] != "firing")).then(|| f[..3].to_vec())
     });
     let instants: Vec<&str> = seen
         .iter()
