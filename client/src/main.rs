@@ -11,6 +11,7 @@
 
 mod chat;
 mod cmd_breaker;
+mod cmd_channels;
 mod cmd_daemon;
 mod cmd_dream;
 mod cmd_jobs;
@@ -30,6 +31,7 @@ mod logfile;
 mod output;
 mod plan_file;
 mod progress;
+mod qr;
 mod render;
 mod sanitize;
 mod session_render;
@@ -297,6 +299,26 @@ enum Command {
     #[command(name = "job_run")]
     JobRun(cmd_jobs::IdArgs),
 
+    /// Chat bindings: state, last completed poll, last error, queued messages, pairing requests
+    #[command(name = "channel_list")]
+    ChannelList(cmd_channels::ListArgs),
+
+    /// Bind a chat platform: telegram, wechat, wecom or an inbox folder
+    #[command(name = "channel_bind")]
+    ChannelBind(cmd_channels::BindArgs),
+
+    /// Remove a binding and everything kept for it
+    #[command(name = "channel_unbind")]
+    ChannelUnbind(cmd_channels::NameArgs),
+
+    /// Admit the user who was given this pairing code
+    #[command(name = "channel_pair")]
+    ChannelPair(cmd_channels::CodeArgs),
+
+    /// Send one test message (NAME or NAME:CHAT) and show the platform's answer
+    #[command(name = "channel_test")]
+    ChannelTest(cmd_channels::NameArgs),
+
     /// Check that flytod answers: version, pid, uptime
     Ping,
 
@@ -414,6 +436,11 @@ fn run(cli: Cli) -> Result<u8> {
         Command::JobResume(args) => cmd_jobs::resume(&ctx, args),
         Command::JobDelete(args) => cmd_jobs::delete(&ctx, args),
         Command::JobRun(args) => cmd_jobs::run(&ctx, args),
+        Command::ChannelList(args) => cmd_channels::list(&ctx, args),
+        Command::ChannelBind(args) => cmd_channels::bind(&ctx, args),
+        Command::ChannelUnbind(args) => cmd_channels::unbind(&ctx, args),
+        Command::ChannelPair(args) => cmd_channels::pair(&ctx, args),
+        Command::ChannelTest(args) => cmd_channels::test(&ctx, args),
         Command::Ping => cmd_daemon::ping(&ctx),
         Command::Stats { json } => cmd_daemon::stats(&ctx, json),
         Command::PlanRestart { id } => cmd_plans::restart(&ctx, id),

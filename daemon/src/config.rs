@@ -30,6 +30,90 @@ pub struct Config {
     pub memory: MemorySection,
     pub dream: DreamSection,
     pub jobs: JobsSection,
+    pub channels: ChannelsSection,
+}
+
+/// `[channels]`: how chat bindings poll, answer and keep their outbox.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelsSection {
+    /// Reply chunks not sent within this long are dropped, never sent late.
+    #[serde(with = "humantime_serde")]
+    pub outbox_ttl: Duration,
+    /// After this long without a message, a chat's next turn starts the
+    /// model's window afresh (the history keeps everything).
+    pub session_gap_hours: f64,
+    /// How long one long poll waits (Telegram, WeChat, the inbox rescan).
+    #[serde(with = "humantime_serde")]
+    pub poll_timeout: Duration,
+    /// A poll not completed within its timeout plus this is abandoned and
+    /// the connection rebuilt.
+    #[serde(with = "humantime_serde")]
+    pub stall_grace: Duration,
+    /// Where chat sessions work; default the home directory.
+    pub workdir: Option<String>,
+    /// Binding name → user ids admitted without pairing.
+    pub allow: std::collections::HashMap<String, Vec<String>>,
+    pub telegram: TelegramSection,
+    pub wechat: WechatSection,
+    pub wecom: WecomSection,
+}
+
+impl Default for ChannelsSection {
+    fn default() -> Self {
+        ChannelsSection {
+            outbox_ttl: Duration::from_secs(600),
+            session_gap_hours: 6.0,
+            poll_timeout: Duration::from_secs(30),
+            stall_grace: Duration::from_secs(15),
+            workdir: None,
+            allow: Default::default(),
+            telegram: TelegramSection::default(),
+            wechat: WechatSection::default(),
+            wecom: WecomSection::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelegramSection {
+    /// `MarkdownV2` or `HTML`; unset sends plain text.
+    pub parse_mode: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WechatSection {
+    pub chunk_chars: usize,
+    pub max_chunks: usize,
+    /// A proactive send needs a context token younger than this.
+    #[serde(with = "humantime_serde")]
+    pub context_ttl: Duration,
+    /// How long a binding whose session expired (errcode -14) pauses.
+    #[serde(with = "humantime_serde")]
+    pub pause_on_expiry: Duration,
+}
+
+impl Default for WechatSection {
+    fn default() -> Self {
+        WechatSection {
+            chunk_chars: 1000,
+            max_chunks: 8,
+            context_ttl: Duration::from_secs(20 * 3600),
+            pause_on_expiry: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// WeCom application credentials (or WECOM_CORP_ID, WECOM_AGENT_ID,
+/// WECOM_SECRET in flytoctl's environment at `channel_bind wecom`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WecomSection {
+    pub corp_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub api_base: Option<String>,
 }
 
 /// `[jobs]`: how jobs retry.
@@ -352,6 +436,9 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     config
         .retry_backoff()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    config
+        .channels_config()
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
     let dm = &config.dream.model;
     if dm != "main" && dm != "fast" && !config.models.contains_key(dm) {
         bail!(
@@ -546,6 +633,54 @@ impl Config {
                 })
             })
             .collect()
+    }
+
+    pub fn channels_config(
+        &self,
+    ) -> anyhow::Result<flyto_actors::channels::manager::ChannelsConfig> {
+        let c = &self.channels;
+        if !(c.session_gap_hours > 0.0 && c.session_gap_hours.is_finite()) {
+            anyhow::bail!(
+                "[channels] session_gap_hours = {} must be a positive number of hours (default 6)",
+                c.session_gap_hours
+            );
+        }
+        if c.poll_timeout < Duration::from_secs(1) || c.poll_timeout > Duration::from_secs(50) {
+            anyhow::bail!(
+                "[channels] poll_timeout = {:?} must be between 1s and 50s (Telegram's limit; default 30s)",
+                c.poll_timeout
+            );
+        }
+        if let Some(m) = &c.telegram.parse_mode
+            && !["MarkdownV2", "HTML", "Markdown"].contains(&m.as_str())
+        {
+            anyhow::bail!(
+                "[channels.telegram] parse_mode = {m:?} is not one of MarkdownV2, HTML, Markdown: fix it, or remove it for plain text"
+            );
+        }
+        if c.wechat.chunk_chars < 50 || c.wechat.max_chunks == 0 {
+            anyhow::bail!(
+                "[channels.wechat] chunk_chars must be at least 50 and max_chunks at least 1 (defaults 1000 and 8)"
+            );
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let workdir = match (&c.workdir, &home) {
+            (Some(w), Some(h)) if w.starts_with("~/") || w == "~" => {
+                h.join(w.trim_start_matches('~').trim_start_matches('/'))
+            }
+            (Some(w), _) => PathBuf::from(w),
+            (None, Some(h)) => h.clone(),
+            (None, None) => PathBuf::from("/"),
+        };
+        Ok(flyto_actors::channels::manager::ChannelsConfig {
+            outbox_ttl: c.outbox_ttl,
+            session_gap: Duration::from_secs_f64(c.session_gap_hours * 3600.0),
+            stall_grace: c.stall_grace,
+            context_ttl: c.wechat.context_ttl,
+            pause_on_expiry: c.wechat.pause_on_expiry,
+            workdir: workdir.display().to_string(),
+            allow: c.allow.clone().into_iter().collect(),
+        })
     }
 
     pub fn restart_policy(&self) -> RestartPolicy {

@@ -3,6 +3,7 @@
 //! and wires them to the actors in flyto-actors. Actors never see a
 //! connection; only `server` does.
 
+mod channel_api;
 mod config;
 mod dream_api;
 mod listener;
@@ -466,6 +467,33 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
+    let channels_spec = {
+        let channel_store = flyto_actors::channels::store::ChannelStore::open(store.clone())?;
+        let channels_config = config.channels_config()?;
+        let factory = channel_api::factory(&config.channels);
+        let clock = clock.clone();
+        ChildSpec {
+            name: "channels".into(),
+            start: Arc::new(move |sup| {
+                let args = flyto_actors::channels::manager::ChannelsArgs {
+                    store: channel_store.clone(),
+                    clock: clock.clone(),
+                    config: channels_config.clone(),
+                    factory: factory.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(
+                        Some(flyto_actors::channels::manager::CHANNELS_NAME.into()),
+                        flyto_actors::channels::manager::ChannelManager,
+                        args,
+                        sup,
+                    )
+                    .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
     let sessions_spec = {
         let deps = session_deps.clone();
         ChildSpec {
@@ -499,6 +527,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 dream_spec,
                 scheduler_spec,
                 jobs_spec,
+                channels_spec,
             ],
             policy: config.restart_policy(),
             restarts: restarts.clone(),

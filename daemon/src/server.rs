@@ -909,7 +909,9 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             Some(answer) => answer,
             None => match crate::dream_api::handle(&ctx.memory.state_dir, &other).await {
                 Some(answer) => answer,
-                None => match other {
+                None => match crate::channel_api::handle(&other).await {
+                  Some(answer) => answer,
+                  None => match other {
                     Request::JobNext {
                         expr,
                         tz,
@@ -928,6 +930,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                         ErrorCode::BadRequest,
                         format!("`{}` is not served here", other.op()),
                     )),
+                  },
                 },
             },
         },

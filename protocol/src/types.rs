@@ -225,6 +225,95 @@ pub enum Request {
     JobRun {
         id: String,
     },
+    /// Every binding's health and the pending pairing requests.
+    ChannelList {},
+    ChannelBind {
+        spec: ChannelSpec,
+    },
+    /// Removes the binding and everything kept for it.
+    ChannelUnbind {
+        name: String,
+    },
+    /// Admits the user who was given this pairing code.
+    ChannelPair {
+        code: String,
+    },
+    /// Sends one message (`NAME` or `NAME:CHAT`) and reports the
+    /// platform's answer.
+    ChannelTest {
+        name: String,
+    },
+    /// WeChat: a login QR code to show (`content` is what it encodes).
+    ChannelQr {
+        base_url: Option<String>,
+    },
+    /// WeChat: waits (long poll) for the QR code's status; on `confirmed`
+    /// the daemon stores the binding itself.
+    ChannelQrWait {
+        id: String,
+        base_url: Option<String>,
+        name: Option<String>,
+    },
+}
+
+/// What `channel_bind` creates. Secrets travel only from the local
+/// client to the daemon, which keeps them in its state directory.
+#[derive(Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChannelSpec {
+    /// `telegram`, `wechat`, `wecom` or `inbox`.
+    pub kind: String,
+    /// Defaults to the kind.
+    pub name: Option<String>,
+    pub token: Option<String>,
+    /// Telegram's Bot API server, WeChat's iLink base URL.
+    pub api_base: Option<String>,
+    pub dir: Option<String>,
+    pub userid: Option<String>,
+    pub corp_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for ChannelSpec {
+    // Never the token or the secret, whoever logs a request.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelSpec")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("api_base", &self.api_base)
+            .field("dir", &self.dir)
+            .field("userid", &self.userid)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChannelView {
+    pub name: String,
+    pub kind: String,
+    /// `ok`, `starting`, `backing_off`, `auth_failed` or `paused`.
+    pub state: String,
+    /// RFC 3339 (UTC) of the last completed poll.
+    pub last_poll: Option<String>,
+    pub last_error: Option<String>,
+    /// Messages journaled and not answered yet.
+    pub queued: u64,
+    pub outbox_pending: u64,
+    pub needs_user_message: u64,
+    pub dropped: u64,
+    pub sent: u64,
+    pub chats: u64,
+    /// The folder, server or user it talks to (never a secret).
+    pub target: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairingView {
+    pub code: String,
+    pub binding: String,
+    pub user: String,
+    pub user_name: String,
+    pub created: String,
 }
 
 /// What `job_create` and `job_update` set; `None` leaves a field as it is
@@ -336,6 +425,13 @@ impl Request {
             Request::JobResume { .. } => "job_resume",
             Request::JobDelete { .. } => "job_delete",
             Request::JobRun { .. } => "job_run",
+            Request::ChannelList {} => "channel_list",
+            Request::ChannelBind { .. } => "channel_bind",
+            Request::ChannelUnbind { .. } => "channel_unbind",
+            Request::ChannelPair { .. } => "channel_pair",
+            Request::ChannelTest { .. } => "channel_test",
+            Request::ChannelQr { .. } => "channel_qr",
+            Request::ChannelQrWait { .. } => "channel_qr_wait",
         }
     }
 }
@@ -494,6 +590,26 @@ pub enum Response {
     JobRan {
         id: String,
         plan: String,
+    },
+    Channels {
+        channels: Vec<ChannelView>,
+        pairings: Vec<PairingView>,
+    },
+    /// `channel_bind`, `channel_unbind`: the binding; `channel_pair`,
+    /// `channel_test`: what happened, in `message`.
+    Channel {
+        channel: Option<ChannelView>,
+        message: String,
+    },
+    ChannelQr {
+        id: String,
+        content: String,
+    },
+    /// `wait`, `scanned`, `expired` or `confirmed` (then `channel` is the
+    /// new binding).
+    ChannelQrStatus {
+        status: String,
+        channel: Option<ChannelView>,
     },
 }
 

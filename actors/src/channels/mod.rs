@@ -5,6 +5,11 @@
 //! through a persisted outbox. The room reaches sessions only through the
 //! session manager's messages and may not touch plans or memory.
 
+pub mod binding;
+pub mod chat;
+pub mod inbox;
+pub mod manager;
 pub mod platform;
+pub mod store;
 
 pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};

@@ -22,6 +22,14 @@ pub trait Platform: Send + Sync {
     /// return them again.
     fn poll<'a>(&'a self, cursor: Option<&'a str>) -> PlatformFuture<'a, Polled>;
 
+    /// Called once `updates` (from one poll) are journaled durably, for
+    /// platforms whose acknowledgement is an act rather than the next
+    /// poll's cursor (the inbox folder moves the files it delivered).
+    fn ack<'a>(&'a self, updates: &'a [Inbound]) -> PlatformFuture<'a, ()> {
+        let _ = updates;
+        Box::pin(async { Ok(()) })
+    }
+
     /// Sends one chunk to `chat`; answers the platform's message id.
     fn send<'a>(&'a self, chat: &'a str, chunk: &'a OutChunk) -> PlatformFuture<'a, String>;
 
@@ -102,6 +110,8 @@ pub struct OutChunk {
     pub plain: bool,
     /// WeChat: the context token of the user's latest message.
     pub context_token: Option<String>,
+    /// The message this replies to (its `message_id`), when it is a reply.
+    pub reply_to: Option<String>,
 }
 
 /// Why a platform call failed, in the classes the room acts on.

@@ -1,0 +1,574 @@
+//! One binding's poller actor: it owns two tasks, the poll loop (poll,
+//! journal durably, then acknowledge; strangers get a pairing code) and
+//! the outbox sender (pending chunks in order, each recorded once sent;
+//! stale ones dropped). Health is the last completed poll: a poll that
+//! does not complete within its timeout plus a grace is abandoned and the
+//! platform's HTTP client rebuilt. It reaches sessions never; the chats'
+//! turns are the manager's.
+
+use super::platform::{Inbound, OutChunk, Platform, PlatformError};
+use super::store::{
+    ChannelStore, ChatRecord, CursorRecord, InboundRecord, OutRecord, OutState, PairingRecord,
+    TurnState, Write,
+};
+use crate::clock::Clock;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rand::Rng;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Telegram forgets an offset after a week without polls.
+const OFFSET_FORGOTTEN_AFTER_MS: u64 = 7 * 86_400_000;
+/// A cursor in use is re-stamped this often, so "last used" stays true.
+const RESTAMP_MS: u64 = 3_600_000;
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The sender looks again this often for chunks left pending by a
+/// transient failure.
+const RESEND_EVERY: Duration = Duration::from_secs(5);
+
+/// What `channel_list` shows of a binding; written by its tasks.
+#[derive(Debug, Clone, Default)]
+pub struct BindingStatus {
+    /// `ok`, `starting`, `backing_off`, `auth_failed`, `paused`.
+    pub state: String,
+    pub last_poll_ms: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+pub type SharedStatus = Arc<Mutex<BindingStatus>>;
+
+fn set_status(s: &SharedStatus, f: impl FnOnce(&mut BindingStatus)) {
+    if let Ok(mut g) = s.lock() {
+        f(&mut g);
+    }
+}
+
+/// Journaled messages, for the manager to hand to their chats' workers.
+pub type Route = tokio::sync::mpsc::Sender<(String, String, u64)>;
+
+#[derive(Clone)]
+pub struct BindingArgs {
+    pub name: String,
+    /// `telegram`, `wechat`, `wecom` or `inbox`.
+    pub kind: &'static str,
+    pub store: ChannelStore,
+    pub platform: Arc<dyn Platform>,
+    pub clock: Arc<dyn Clock>,
+    pub status: SharedStatus,
+    pub flush: Arc<Notify>,
+    pub route: Route,
+    /// Users admitted by config; the inbox admits its one local user.
+    pub allow: Vec<String>,
+    pub open: bool,
+    pub stall_grace: Duration,
+    pub outbox_ttl: Duration,
+    pub context_ttl: Duration,
+    pub pause_on_expiry: Duration,
+    pub out_seq: Arc<tokio::sync::Mutex<u64>>,
+}
+
+pub struct BindingActor;
+
+pub enum BindingMsg {
+    /// One of the actor's tasks ended on its own: restart through the
+    /// supervisor.
+    TaskEnded(String),
+}
+
+pub struct BindingState {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Actor for BindingActor {
+    type Msg = BindingMsg;
+    type State = BindingState;
+    type Arguments = BindingArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<BindingMsg>,
+        args: BindingArgs,
+    ) -> Result<BindingState, ActorProcessingErr> {
+        set_status(&args.status, |s| s.state = "starting".into());
+        let mut tasks = Vec::new();
+        if args.platform.inbound() {
+            let (a, me) = (args.clone(), myself.clone());
+            tasks.push(tokio::spawn(async move {
+                let why = poll_loop(&a).await;
+                let _ = me.send_message(BindingMsg::TaskEnded(why));
+            }));
+        } else {
+            set_status(&args.status, |s| s.state = "ok".into());
+        }
+        let (a, me) = (args.clone(), myself.clone());
+        tasks.push(tokio::spawn(async move {
+            send_loop(&a).await;
+            let _ = me.send_message(BindingMsg::TaskEnded("the outbox sender ended".into()));
+        }));
+        Ok(BindingState { tasks })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<BindingMsg>,
+        s: &mut BindingState,
+    ) -> Result<(), ActorProcessingErr> {
+        for t in s.tasks.drain(..) {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<BindingMsg>,
+        msg: BindingMsg,
+        _s: &mut BindingState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            // A poll loop that stopped for good (auth failed) stays
+            // stopped; anything else is a failure the supervisor sees.
+            BindingMsg::TaskEnded(why) if why.starts_with("auth_failed") => {
+                tracing::warn!(binding = %myself.get_name().unwrap_or_default(), "{why}");
+            }
+            BindingMsg::TaskEnded(why) => return Err(why.into()),
+        }
+        Ok(())
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    let ms = d.as_millis() as u64;
+    let spread = rand::thread_rng().gen_range(0..=ms / 2 + 1);
+    Duration::from_millis(ms / 2 + spread)
+}
+
+/// Polls until the binding's token is refused; returns why it stopped.
+async fn poll_loop(a: &BindingArgs) -> String {
+    let mut backoff = Duration::from_secs(1);
+    let mut in_seq = a.store.last_seq(b'i', &a.name).unwrap_or(0);
+    loop {
+        if let Ok(Some(b)) = a.store.binding(&a.name) {
+            if let Some(why) = &b.auth_failed {
+                set_status(&a.status, |s| {
+                    s.state = "auth_failed".into();
+                    s.last_error = Some(why.clone());
+                });
+                return format!("auth_failed: {why}");
+            }
+            if let Some(until) = b.paused_until_ms {
+                let now = a.clock.now_ms();
+                if until > now {
+                    set_status(&a.status, |s| s.state = "paused".into());
+                    tokio::time::sleep(Duration::from_millis((until - now).min(60_000))).await;
+                    continue;
+                }
+            }
+        }
+        let stored = a.store.cursor(&a.name).ok().flatten();
+        let now = a.clock.now_ms();
+        let cursor = stored.as_ref().and_then(|c| {
+            let forgotten =
+                a.kind == "telegram" && now.saturating_sub(c.used_ms) > OFFSET_FORGOTTEN_AFTER_MS;
+            (!forgotten).then(|| c.cursor.clone())
+        });
+        let limit = a.platform.poll_timeout() + a.stall_grace;
+        let polled = tokio::time::timeout(limit, a.platform.poll(cursor.as_deref())).await;
+        let err = match polled {
+            Ok(Ok(p)) => {
+                set_status(&a.status, |s| {
+                    s.state = "ok".into();
+                    s.last_poll_ms = Some(a.clock.now_ms());
+                });
+                backoff = Duration::from_secs(1);
+                if let Err(e) = journal(a, &mut in_seq, p.updates, p.cursor, stored).await {
+                    set_status(&a.status, |s| s.last_error = Some(e.clone()));
+                    tracing::warn!(binding = %a.name, error = %e, "cannot journal inbound messages; polling again");
+                    tokio::time::sleep(backoff).await;
+                }
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                a.platform.reset();
+                PlatformError::Transient(format!(
+                    "no completed poll within {}s: rebuilt the connection",
+                    limit.as_secs()
+                ))
+            }
+        };
+        set_status(&a.status, |s| s.last_error = Some(err.to_string()));
+        match err {
+            PlatformError::Auth(why) => {
+                if let Ok(Some(mut b)) = a.store.binding(&a.name) {
+                    b.auth_failed = Some(why.clone());
+                    let mut w = Write::default();
+                    w.binding(&b);
+                    let _ = a.store.apply(&w);
+                }
+                set_status(&a.status, |s| s.state = "auth_failed".into());
+                return format!("auth_failed: {why}: rebind it with `flytoctl channel_bind`");
+            }
+            PlatformError::RateLimited { retry_after } => {
+                set_status(&a.status, |s| s.state = "backing_off".into());
+                tokio::time::sleep(retry_after).await;
+            }
+            PlatformError::SessionExpired(_) => {
+                pause(a);
+            }
+            _ => {
+                set_status(&a.status, |s| s.state = "backing_off".into());
+                a.platform.reset();
+                tokio::time::sleep(jittered(backoff)).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+fn pause(a: &BindingArgs) {
+    if let Ok(Some(mut b)) = a.store.binding(&a.name) {
+        b.paused_until_ms = Some(a.clock.now_ms() + a.pause_on_expiry.as_millis() as u64);
+        let mut w = Write::default();
+        w.binding(&b);
+        let _ = a.store.apply(&w);
+    }
+    set_status(&a.status, |s| s.state = "paused".into());
+}
+
+fn pairing_code() -> String {
+    // No 0/O or 1/I: read aloud or typed from a phone.
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut rng = rand::thread_rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Journals one poll's updates and the cursor acknowledging them in one
+/// durable write, then acknowledges and routes them.
+async fn journal(
+    a: &BindingArgs,
+    in_seq: &mut u64,
+    updates: Vec<Inbound>,
+    cursor: Option<String>,
+    stored: Option<CursorRecord>,
+) -> Result<(), String> {
+    if !updates.is_empty() {
+        crate::failpoint::reached("channel-after-receive");
+    }
+    let now = a.clock.now_ms();
+    let mut w = Write::default();
+    let mut routed = Vec::new();
+    let mut replies = Vec::new();
+    let mut touched = false;
+    let mut fresh: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for u in &updates {
+        if a.store
+            .seen_update(&a.name, &u.update_id)
+            .map_err(|e| e.to_string())?
+            || a.store
+                .seen_message(&a.name, &u.chat, &u.message_id)
+                .map_err(|e| e.to_string())?
+            || !fresh.insert(u.update_id.clone())
+        {
+            continue;
+        }
+        touched = true;
+        if let Some(to) = &u.migrate_to {
+            // The chat's session follows it to its new id.
+            if let Ok(Some(old)) = a.store.chat(&a.name, &u.chat) {
+                w.chat(&a.name, to, &old);
+            }
+            w.seen(&a.name, &u.update_id);
+            continue;
+        }
+        let allowed = a.open
+            || a.allow.iter().any(|x| x == &u.user)
+            || a.store
+                .allowed(&a.name, &u.user)
+                .map_err(|e| e.to_string())?;
+        if !allowed {
+            // A stranger: one pairing code, and nothing of theirs is kept
+            // beyond the request itself.
+            w.seen(&a.name, &u.update_id);
+            if !a
+                .store
+                .pending_pairing(&a.name, &u.user)
+                .map_err(|e| e.to_string())?
+            {
+                let code = pairing_code();
+                w.pairing(&PairingRecord {
+                    code: code.clone(),
+                    binding: a.name.clone(),
+                    user: u.user.clone(),
+                    user_name: u.user_name.clone(),
+                    chat: u.chat.clone(),
+                    created_ms: now,
+                });
+                replies.push((u.chat.clone(), code));
+            }
+            continue;
+        }
+        *in_seq += 1;
+        let rec = InboundRecord {
+            binding: a.name.clone(),
+            seq: *in_seq,
+            update_id: u.update_id.clone(),
+            chat: u.chat.clone(),
+            user: u.user.clone(),
+            message_id: u.message_id.clone(),
+            text: u.text.clone(),
+            received_ms: now,
+            state: TurnState::Queued,
+        };
+        w.inbound(&rec);
+        if let Some(token) = &u.context_token {
+            let mut chat: ChatRecord = a
+                .store
+                .chat(&a.name, &u.chat)
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            chat.context_token = Some((token.clone(), now));
+            w.chat(&a.name, &u.chat, &chat);
+        }
+        routed.push((u.chat.clone(), rec.seq));
+    }
+    let cursor_moved =
+        cursor.is_some() && cursor.as_deref() != stored.as_ref().map(|c| c.cursor.as_str());
+    let restamp = stored
+        .as_ref()
+        .is_some_and(|c| now.saturating_sub(c.used_ms) > RESTAMP_MS);
+    let next = cursor.or_else(|| stored.map(|c| c.cursor));
+    if let Some(c) = &next
+        && (cursor_moved || restamp)
+    {
+        w.cursor(
+            &a.name,
+            &CursorRecord {
+                cursor: c.clone(),
+                used_ms: now,
+            },
+        );
+        touched = true;
+    }
+    let mut seq = a.out_seq.lock().await;
+    for (chat, code) in &replies {
+        *seq += 1;
+        w.out(&OutRecord {
+            binding: a.name.clone(),
+            seq: *seq,
+            id: format!("pair/{code}/0"),
+            chat: chat.clone(),
+            text: format!(
+                "This agent answers only people its owner has admitted. To be admitted, ask the owner to run:\n\nflytoctl channel_pair {code}"
+            ),
+            index: 0,
+            last: true,
+            plain: true,
+            created_ms: now,
+            reply_to: None,
+            state: OutState::Pending,
+        });
+    }
+    if touched || !replies.is_empty() {
+        a.store.apply(&w).map_err(|e| e.to_string())?;
+    }
+    drop(seq);
+    if touched || !replies.is_empty() {
+        // Durable before anything acknowledges it to the platform.
+        a.store.synced().await?;
+    }
+    if !updates.is_empty() {
+        crate::failpoint::reached("channel-after-journal");
+        a.platform.ack(&updates).await.map_err(|e| e.to_string())?;
+        crate::failpoint::reached("channel-after-ack");
+    }
+    for (chat, seq) in routed {
+        if a.route.send((a.name.clone(), chat, seq)).await.is_err() {
+            return Err("the channel manager stopped".into());
+        }
+    }
+    if !replies.is_empty() {
+        a.flush.notify_one();
+    }
+    Ok(())
+}
+
+/// Sends pending chunks, oldest first, until the actor stops.
+async fn send_loop(a: &BindingArgs) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let wait = match send_pending(a).await {
+            Ok(()) => {
+                backoff = Duration::from_secs(1);
+                RESEND_EVERY
+            }
+            Err(Some(d)) => d,
+            Err(None) => {
+                let d = jittered(backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                d
+            }
+        };
+        let _ = tokio::time::timeout(wait, a.flush.notified()).await;
+    }
+}
+
+/// `Err(Some(d))`: wait exactly `d` (rate limited); `Err(None)`: back off.
+async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
+    let Ok(outbox) = a.store.outbox(&a.name) else {
+        return Err(None);
+    };
+    if let Ok(Some(b)) = a.store.binding(&a.name)
+        && (b.auth_failed.is_some() || b.paused_until_ms.is_some_and(|u| u > a.clock.now_ms()))
+    {
+        return Ok(());
+    }
+    let ttl = a.outbox_ttl.as_millis() as u64;
+    for mut o in outbox
+        .into_iter()
+        .filter(|o| matches!(o.state, OutState::Pending | OutState::Sending))
+    {
+        if o.state == OutState::Sending {
+            // Only a restart finds one: this loop owns the chunk until it
+            // records how its send ended.
+            tracing::warn!(binding = %a.name, chunk = %o.id, "a reply chunk was being sent when flytod stopped; not sending it again");
+            o.state = OutState::Dropped {
+                why: "flytod stopped while sending it: it may not have arrived, and is not sent twice".into(),
+            };
+            record(a, &o).await;
+            continue;
+        }
+        let now = a.clock.now_ms();
+        if now.saturating_sub(o.created_ms) > ttl {
+            tracing::warn!(
+                binding = %a.name, chunk = %o.id, age_s = (now - o.created_ms) / 1000,
+                "dropped a reply chunk not sent within channels.outbox_ttl; it is not sent late"
+            );
+            o.state = OutState::Dropped {
+                why: format!("not sent within the outbox ttl ({}s)", ttl / 1000),
+            };
+            record(a, &o).await;
+            continue;
+        }
+        let chat = a
+            .store
+            .chat(&a.name, &o.chat)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if chat.closed {
+            o.state = OutState::Dropped {
+                why: "the chat is closed (the user blocked the bot)".into(),
+            };
+            record(a, &o).await;
+            continue;
+        }
+        let context_ttl = a.context_ttl.as_millis() as u64;
+        let context_token = chat
+            .context_token
+            .clone()
+            .filter(|(_, at)| now.saturating_sub(*at) <= context_ttl)
+            .map(|(t, _)| t);
+        if o.index > 0 {
+            tokio::time::sleep(a.platform.chunk_gap()).await;
+        }
+        let mut chunk = OutChunk {
+            id: o.id.clone(),
+            text: o.text.clone(),
+            index: o.index,
+            last: o.last,
+            plain: o.plain,
+            context_token,
+            reply_to: o.reply_to.clone(),
+        };
+        crate::failpoint::reached("channel-before-send");
+        // Durably `sending` first: a crash from here on must not send it
+        // a second time.
+        o.state = OutState::Sending;
+        record(a, &o).await;
+        let mut sent = a.platform.send(&o.chat, &chunk).await;
+        if matches!(sent, Err(PlatformError::Markup(_))) && !chunk.plain {
+            chunk.plain = true;
+            o.plain = true;
+            sent = a.platform.send(&o.chat, &chunk).await;
+        }
+        crate::failpoint::reached("channel-after-send");
+        match sent {
+            Ok(platform_id) => {
+                o.state = OutState::Sent {
+                    platform_id,
+                    at_ms: a.clock.now_ms(),
+                };
+                record(a, &o).await;
+            }
+            Err(PlatformError::RateLimited { retry_after }) => {
+                o.state = OutState::Pending;
+                record(a, &o).await;
+                return Err(Some(retry_after));
+            }
+            Err(PlatformError::ChatClosed(why)) => {
+                let mut c = chat.clone();
+                c.closed = true;
+                let mut w = Write::default();
+                w.chat(&a.name, &o.chat, &c);
+                let _ = a.store.apply(&w);
+                o.state = OutState::Dropped {
+                    why: format!("the chat is closed: {why}"),
+                };
+                record(a, &o).await;
+            }
+            Err(PlatformError::NeedsUserMessage(_)) => {
+                o.state = OutState::NeedsUserMessage;
+                record(a, &o).await;
+            }
+            Err(PlatformError::SessionExpired(why)) => {
+                o.state = OutState::Pending;
+                record(a, &o).await;
+                set_status(&a.status, |s| s.last_error = Some(why));
+                pause(a);
+                return Ok(());
+            }
+            Err(PlatformError::Auth(why)) => {
+                set_status(&a.status, |s| {
+                    s.state = "auth_failed".into();
+                    s.last_error = Some(why.clone());
+                });
+                o.state = OutState::Pending;
+                record(a, &o).await;
+                if let Ok(Some(mut b)) = a.store.binding(&a.name) {
+                    b.auth_failed = Some(why);
+                    let mut w = Write::default();
+                    w.binding(&b);
+                    let _ = a.store.apply(&w);
+                }
+                return Ok(());
+            }
+            Err(PlatformError::Rejected(why) | PlatformError::Markup(why)) => {
+                tracing::warn!(binding = %a.name, chunk = %o.id, error = %why, "the platform refused a reply chunk");
+                o.state = OutState::Dropped { why };
+                record(a, &o).await;
+            }
+            Err(e @ (PlatformError::Transient(_) | PlatformError::Conflict(_))) => {
+                // Not sent (as far as anyone can tell): tried again later.
+                o.state = OutState::Pending;
+                record(a, &o).await;
+                set_status(&a.status, |s| s.last_error = Some(e.to_string()));
+                return Err(None);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A chunk's new state, durable before the next chunk goes out: after a
+/// restart a sent chunk is never sent again.
+async fn record(a: &BindingArgs, o: &OutRecord) {
+    let mut w = Write::default();
+    w.out(o);
+    if a.store.apply(&w).is_ok() {
+        let _ = a.store.synced().await;
+    }
+}

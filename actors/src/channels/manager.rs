@@ -1,0 +1,731 @@
+//! The ChannelManager (registered as [`CHANNELS_NAME`]): owns the
+//! bindings (one supervised [`BindingActor`] each) and the chats' workers
+//! (one task per chat, woken for each journaled message), answers the
+//! `channel_*` requests, and puts job results and agent pushes into the
+//! outbox. It reaches sessions only through the chat workers.
+
+use super::binding::{BindingActor, BindingArgs, BindingStatus, SharedStatus};
+use super::chat::{self, ChatDeps};
+use super::platform::{OutChunk, Platform};
+use super::store::{
+    BindingKind, BindingRecord, ChannelStore, OutRecord, OutState, TurnState, Write,
+};
+use crate::clock::Clock;
+use crate::plans::Reject;
+use flyto_protocol::{ChannelSpec, ChannelView, ErrorCode, PairingView};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+
+pub const CHANNELS_NAME: &str = "flyto.channels";
+
+/// Builds a binding's platform from its record (the daemon knows the
+/// config each platform takes).
+pub type PlatformFactory =
+    Arc<dyn Fn(&BindingRecord) -> Result<Arc<dyn Platform>, String> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+pub struct ChannelsConfig {
+    pub outbox_ttl: Duration,
+    pub session_gap: Duration,
+    pub stall_grace: Duration,
+    pub context_ttl: Duration,
+    pub pause_on_expiry: Duration,
+    /// Where chat sessions work.
+    pub workdir: String,
+    /// binding name → user ids admitted by config.
+    pub allow: HashMap<String, Vec<String>>,
+}
+
+pub struct ChannelsArgs {
+    pub store: ChannelStore,
+    pub clock: Arc<dyn Clock>,
+    pub config: ChannelsConfig,
+    pub factory: PlatformFactory,
+}
+
+pub enum ChannelsMsg {
+    /// A journaled message for a chat's worker.
+    Route { binding: String, chat: String },
+    /// A binding's actor is up.
+    Started {
+        name: String,
+        actor: ActorRef<super::binding::BindingMsg>,
+    },
+    List {
+        reply: RpcReplyPort<Result<(Vec<ChannelView>, Vec<PairingView>), Reject>>,
+    },
+    Bind {
+        spec: Box<ChannelSpec>,
+        reply: RpcReplyPort<Result<ChannelView, Reject>>,
+    },
+    /// A binding whose secret the daemon obtained itself (WeChat's QR
+    /// login): never through a client.
+    BindRecord {
+        rec: Box<BindingRecord>,
+        reply: RpcReplyPort<Result<ChannelView, Reject>>,
+    },
+    Unbind {
+        name: String,
+        reply: RpcReplyPort<Result<ChannelView, Reject>>,
+    },
+    Pair {
+        code: String,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
+    Test {
+        name: String,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
+    /// Text for a binding's chats through the outbox, once per `key`:
+    /// `target` is `BINDING` (every admitted chat) or `BINDING:CHAT`.
+    Notify {
+        target: String,
+        key: String,
+        text: String,
+        reply: Option<RpcReplyPort<Result<usize, Reject>>>,
+    },
+}
+
+struct Live {
+    rec: BindingRecord,
+    platform: Arc<dyn Platform>,
+    status: SharedStatus,
+    flush: Arc<Notify>,
+    out_seq: Arc<tokio::sync::Mutex<u64>>,
+    actor: Option<ActorRef<super::binding::BindingMsg>>,
+}
+
+pub struct ChannelsState {
+    store: ChannelStore,
+    clock: Arc<dyn Clock>,
+    config: ChannelsConfig,
+    factory: PlatformFactory,
+    bindings: HashMap<String, Live>,
+    chats: HashMap<(String, String), (mpsc::Sender<()>, tokio::task::JoinHandle<()>)>,
+    route_tx: mpsc::Sender<(String, String, u64)>,
+    forward: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub struct ChannelManager;
+
+fn bad(m: impl Into<String>) -> Reject {
+    Reject::new(ErrorCode::BadRequest, m)
+}
+
+fn not_found(name: &str) -> Reject {
+    Reject::new(
+        ErrorCode::NotFound,
+        format!("no channel binding `{name}`: see `flytoctl channel_list`"),
+    )
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl ChannelsState {
+    fn start_binding(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        rec: BindingRecord,
+    ) -> Result<(), String> {
+        let platform = (self.factory)(&rec)?;
+        let status: SharedStatus = Arc::new(Mutex::new(BindingStatus::default()));
+        let out_seq = self
+            .store
+            .last_seq(b'o', &rec.name)
+            .map_err(|e| e.to_string())?;
+        let live = Live {
+            rec: rec.clone(),
+            platform,
+            status,
+            flush: Arc::new(Notify::new()),
+            out_seq: Arc::new(tokio::sync::Mutex::new(out_seq)),
+            actor: None,
+        };
+        self.bindings.insert(rec.name.clone(), live);
+        // What a crash left unanswered goes first, in order.
+        if let Ok(journal) = self.store.inbound(&rec.name) {
+            for r in journal {
+                if matches!(r.state, TurnState::Queued | TurnState::Started { .. }) {
+                    self.wake_chat(&rec.name, &r.chat);
+                }
+            }
+        }
+        self.spawn_actor(myself, &rec.name);
+        Ok(())
+    }
+
+    fn spawn_actor(&mut self, myself: &ActorRef<ChannelsMsg>, name: &str) {
+        let Some(l) = self.bindings.get(name) else {
+            return;
+        };
+        let args = BindingArgs {
+            name: l.rec.name.clone(),
+            kind: l.rec.kind.name(),
+            store: self.store.clone(),
+            platform: l.platform.clone(),
+            clock: self.clock.clone(),
+            status: l.status.clone(),
+            flush: l.flush.clone(),
+            route: self.route_tx.clone(),
+            allow: self.config.allow.get(name).cloned().unwrap_or_default(),
+            open: matches!(l.rec.kind, BindingKind::Inbox { .. }),
+            stall_grace: self.config.stall_grace,
+            outbox_ttl: self.config.outbox_ttl,
+            context_ttl: self.config.context_ttl,
+            pause_on_expiry: self.config.pause_on_expiry,
+            out_seq: l.out_seq.clone(),
+        };
+        let name = name.to_string();
+        // Spawned from a task: `spawn_linked` is async and the handler
+        // must not wait on it holding other work.
+        let cell: ActorCell = myself.get_cell();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            match Actor::spawn_linked(
+                Some(format!("flyto.channel.{name}")),
+                BindingActor,
+                args,
+                cell,
+            )
+            .await
+            {
+                Ok((actor, _)) => {
+                    let _ = me.send_message(ChannelsMsg::Started { name, actor });
+                }
+                Err(e) => {
+                    tracing::warn!(binding = %name, error = %e, "cannot start the channel binding")
+                }
+            }
+        });
+    }
+
+    fn chat_deps(&self, binding: &str) -> Option<ChatDeps> {
+        let l = self.bindings.get(binding)?;
+        Some(ChatDeps {
+            binding: binding.to_string(),
+            store: self.store.clone(),
+            platform: l.platform.clone(),
+            clock: self.clock.clone(),
+            flush: l.flush.clone(),
+            workdir: self.config.workdir.clone(),
+            session_gap: self.config.session_gap,
+            out_seq: l.out_seq.clone(),
+        })
+    }
+
+    fn wake_chat(&mut self, binding: &str, chat: &str) {
+        let key = (binding.to_string(), chat.to_string());
+        if let Some((tx, task)) = self.chats.get(&key)
+            && !task.is_finished()
+        {
+            // Full means a wake-up is already pending: the worker reads
+            // the journal, not the channel.
+            let _ = tx.try_send(());
+            return;
+        }
+        let Some(deps) = self.chat_deps(binding) else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(());
+        let task = tokio::spawn(chat::run(deps, chat.to_string(), rx));
+        self.chats.insert(key, (tx, task));
+    }
+
+    fn view(&self, l: &Live) -> ChannelView {
+        let status = l.status.lock().map(|s| s.clone()).unwrap_or_default();
+        let journal = self.store.inbound(&l.rec.name).unwrap_or_default();
+        let outbox = self.store.outbox(&l.rec.name).unwrap_or_default();
+        let count = |f: &dyn Fn(&OutRecord) -> bool| outbox.iter().filter(|o| f(o)).count() as u64;
+        let state = if l.rec.auth_failed.is_some() {
+            "auth_failed".to_string()
+        } else if l
+            .rec
+            .paused_until_ms
+            .is_some_and(|u| u > self.clock.now_ms())
+        {
+            "paused".to_string()
+        } else if status.state.is_empty() {
+            "starting".to_string()
+        } else {
+            status.state.clone()
+        };
+        ChannelView {
+            name: l.rec.name.clone(),
+            kind: l.rec.kind.name().to_string(),
+            state,
+            last_poll: status.last_poll_ms.map(rfc3339),
+            last_error: status
+                .last_error
+                .clone()
+                .or_else(|| l.rec.auth_failed.clone()),
+            queued: journal
+                .iter()
+                .filter(|r| matches!(r.state, TurnState::Queued | TurnState::Started { .. }))
+                .count() as u64,
+            outbox_pending: count(&|o| o.state == OutState::Pending),
+            needs_user_message: count(&|o| o.state == OutState::NeedsUserMessage),
+            dropped: count(&|o| matches!(o.state, OutState::Dropped { .. })),
+            sent: count(&|o| matches!(o.state, OutState::Sent { .. })),
+            chats: self
+                .store
+                .chats(&l.rec.name)
+                .map(|c| c.len() as u64)
+                .unwrap_or(0),
+            target: match &l.rec.kind {
+                BindingKind::Inbox { dir } => Some(dir.clone()),
+                BindingKind::Telegram { api_base, .. } => api_base.clone(),
+                BindingKind::Wechat { base_url, .. } => base_url.clone(),
+                BindingKind::Wecom { userid, .. } => Some(format!("userid {userid}")),
+            },
+        }
+    }
+
+    fn record_from_spec(&self, spec: &ChannelSpec) -> Result<BindingRecord, Reject> {
+        let name = spec.name.clone().unwrap_or_else(|| spec.kind.clone());
+        if !valid_name(&name) {
+            return Err(bad(format!(
+                "`{name}` is not a binding name: use letters, digits, `_` and `-` (at most 64)"
+            )));
+        }
+        let need = |v: &Option<String>, what: &str| -> Result<String, Reject> {
+            match v {
+                Some(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+                _ => Err(bad(format!("a {} binding needs {what}", spec.kind))),
+            }
+        };
+        let kind = match spec.kind.as_str() {
+            "telegram" => BindingKind::Telegram {
+                token: need(
+                    &spec.token,
+                    "a bot token: --token-env VAR names the variable that holds it",
+                )?,
+                api_base: spec.api_base.clone(),
+            },
+            "wechat" => BindingKind::Wechat {
+                bot_token: need(
+                    &spec.token,
+                    "a bot token (bind it with `flytoctl channel_bind wechat`, which shows a QR code)",
+                )?,
+                base_url: spec.api_base.clone(),
+            },
+            "wecom" => BindingKind::Wecom {
+                corp_id: need(
+                    &spec.corp_id,
+                    "a corp id ([channels.wecom] corp_id or WECOM_CORP_ID)",
+                )?,
+                agent_id: need(
+                    &spec.agent_id,
+                    "an agent id ([channels.wecom] agent_id or WECOM_AGENT_ID)",
+                )?,
+                secret: need(
+                    &spec.secret,
+                    "a secret ([channels.wecom] secret or WECOM_SECRET)",
+                )?,
+                userid: need(&spec.userid, "--userid ID")?,
+            },
+            "inbox" => {
+                let dir = need(&spec.dir, "--dir DIR")?;
+                if !std::path::Path::new(&dir).is_absolute() {
+                    return Err(bad(format!("--dir {dir} must be an absolute path")));
+                }
+                BindingKind::Inbox { dir }
+            }
+            other => {
+                return Err(bad(format!(
+                    "channel kind `{other}` is not known: use telegram, wechat, wecom or inbox"
+                )));
+            }
+        };
+        Ok(BindingRecord {
+            name,
+            kind,
+            created_ms: self.clock.now_ms(),
+            auth_failed: None,
+            paused_until_ms: None,
+        })
+    }
+
+    fn bind(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        rec: BindingRecord,
+    ) -> Result<ChannelView, Reject> {
+        if self.bindings.contains_key(&rec.name) {
+            return Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "a binding `{}` exists: `flytoctl channel_unbind {}` first, or give --name",
+                    rec.name, rec.name
+                ),
+            ));
+        }
+        // The platform is built first: a bad folder or URL is refused
+        // before anything is stored.
+        (self.factory)(&rec).map_err(bad)?;
+        let mut w = Write::default();
+        w.binding(&rec);
+        self.store.apply(&w).map_err(Reject::internal)?;
+        self.start_binding(myself, rec.clone()).map_err(bad)?;
+        self.bindings
+            .get(&rec.name)
+            .map(|l| self.view(l))
+            .ok_or_else(|| not_found(&rec.name))
+    }
+
+    fn unbind(&mut self, name: &str) -> Result<ChannelView, Reject> {
+        let l = self.bindings.remove(name).ok_or_else(|| not_found(name))?;
+        let view = self.view(&l);
+        if let Some(a) = &l.actor {
+            a.stop(None);
+        }
+        self.chats.retain(|(b, _), (_, task)| {
+            if b == name {
+                task.abort();
+            }
+            b != name
+        });
+        self.store.remove_binding(name).map_err(Reject::internal)?;
+        Ok(view)
+    }
+
+    async fn pair(&mut self, code: &str) -> Result<String, Reject> {
+        let code = code.trim().to_uppercase();
+        let p = self.store.pairing(&code).map_err(Reject::internal)?.ok_or_else(|| {
+            Reject::new(
+                ErrorCode::NotFound,
+                format!("no pairing request with code {code}: `flytoctl channel_list` shows the pending ones"),
+            )
+        })?;
+        let mut w = Write::default();
+        w.unpair(&p).allow(&p.binding, &p.user);
+        self.store.apply(&w).map_err(Reject::internal)?;
+        let msg = format!(
+            "admitted {} ({}) on {}: their next message reaches the agent",
+            p.user_name, p.user, p.binding
+        );
+        self.queue_text(
+            &p.binding,
+            &p.chat,
+            &format!("pair/{code}/admitted"),
+            "You are admitted: send your message again and the agent will answer.",
+        )
+        .await?;
+        Ok(msg)
+    }
+
+    /// Chunks `text` into the outbox for one chat, once per `key`.
+    async fn queue_text(
+        &self,
+        binding: &str,
+        chat: &str,
+        key: &str,
+        text: &str,
+    ) -> Result<bool, Reject> {
+        let l = self
+            .bindings
+            .get(binding)
+            .ok_or_else(|| not_found(binding))?;
+        let first = format!("{key}/0");
+        if self
+            .store
+            .has_out(binding, &first)
+            .map_err(Reject::internal)?
+        {
+            return Ok(false);
+        }
+        let chunks = l.platform.chunk(text);
+        let n = chunks.len();
+        let now = self.clock.now_ms();
+        let mut w = Write::default();
+        // Serialised with the binding's other writers of the outbox.
+        let mut seq = l.out_seq.lock().await;
+        for (i, t) in chunks.into_iter().enumerate() {
+            *seq += 1;
+            w.out(&OutRecord {
+                binding: binding.to_string(),
+                seq: *seq,
+                id: format!("{key}/{i}"),
+                chat: chat.to_string(),
+                text: t,
+                index: i as u32,
+                last: i + 1 == n,
+                plain: false,
+                created_ms: now,
+                reply_to: None,
+                state: OutState::Pending,
+            });
+        }
+        self.store.apply(&w).map_err(Reject::internal)?;
+        drop(seq);
+        let flush = l.flush.clone();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if store.synced().await.is_ok() {
+                flush.notify_one();
+            }
+        });
+        Ok(true)
+    }
+
+    /// The chats a push goes to: the named one, or every chat of the
+    /// binding whose user was admitted and which is not closed.
+    fn targets(&self, target: &str) -> Result<(String, Vec<String>), Reject> {
+        let (binding, chat) = match target.split_once(':') {
+            Some((b, c)) => (b.to_string(), Some(c.to_string())),
+            None => (target.to_string(), None),
+        };
+        let l = self
+            .bindings
+            .get(&binding)
+            .ok_or_else(|| not_found(&binding))?;
+        if let Some(c) = chat {
+            return Ok((binding, vec![c]));
+        }
+        let chats = match &l.rec.kind {
+            BindingKind::Inbox { .. } => vec![super::inbox::INBOX_CHAT.to_string()],
+            BindingKind::Wecom { userid, .. } => vec![userid.clone()],
+            _ => self
+                .store
+                .chats(&binding)
+                .map_err(Reject::internal)?
+                .into_iter()
+                .filter(|(_, c)| !c.closed && c.session.is_some())
+                .map(|(id, _)| id)
+                .collect(),
+        };
+        if chats.is_empty() {
+            return Err(bad(format!(
+                "binding `{binding}` has no chat to send to yet: write to the bot once, or name the chat as {binding}:CHAT"
+            )));
+        }
+        Ok((binding, chats))
+    }
+}
+
+fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl Actor for ChannelManager {
+    type Msg = ChannelsMsg;
+    type State = ChannelsState;
+    type Arguments = ChannelsArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ChannelsMsg>,
+        args: ChannelsArgs,
+    ) -> Result<ChannelsState, ActorProcessingErr> {
+        let (route_tx, mut route_rx) = mpsc::channel::<(String, String, u64)>(256);
+        let me = myself.clone();
+        let forward = tokio::spawn(async move {
+            while let Some((binding, chat, _)) = route_rx.recv().await {
+                if me
+                    .send_message(ChannelsMsg::Route { binding, chat })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut s = ChannelsState {
+            store: args.store,
+            clock: args.clock,
+            config: args.config,
+            factory: args.factory,
+            bindings: HashMap::new(),
+            chats: HashMap::new(),
+            route_tx,
+            forward: Some(forward),
+        };
+        for rec in s.store.bindings()? {
+            let name = rec.name.clone();
+            if let Err(e) = s.start_binding(&myself, rec) {
+                tracing::warn!(binding = %name, error = %e, "cannot start the channel binding; fix it and restart, or unbind it");
+            }
+        }
+        Ok(s)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ChannelsMsg>,
+        s: &mut ChannelsState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(f) = s.forward.take() {
+            f.abort();
+        }
+        for (_, (_, task)) in s.chats.drain() {
+            task.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ChannelsMsg>,
+        event: SupervisionEvent,
+        s: &mut ChannelsState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, why) = event {
+            let name = s
+                .bindings
+                .iter()
+                .find(|(_, l)| {
+                    l.actor
+                        .as_ref()
+                        .is_some_and(|a| a.get_id() == cell.get_id())
+                })
+                .map(|(n, _)| n.clone());
+            if let Some(name) = name {
+                tracing::warn!(binding = %name, error = %why, "a channel binding failed; restarting it");
+                if let Some(l) = s.bindings.get_mut(&name) {
+                    l.actor = None;
+                }
+                s.spawn_actor(&myself, &name);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ChannelsMsg>,
+        msg: ChannelsMsg,
+        s: &mut ChannelsState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ChannelsMsg::Route { binding, chat } => s.wake_chat(&binding, &chat),
+            ChannelsMsg::Started { name, actor } => match s.bindings.get_mut(&name) {
+                Some(l) => l.actor = Some(actor),
+                // Unbound while it started.
+                None => actor.stop(None),
+            },
+            ChannelsMsg::List { reply } => {
+                let mut names: Vec<&String> = s.bindings.keys().collect();
+                names.sort();
+                let views = names
+                    .iter()
+                    .filter_map(|n| s.bindings.get(*n))
+                    .map(|l| s.view(l))
+                    .collect();
+                let pairings = s.store.pairings().map_err(Reject::internal).map(|ps| {
+                    ps.into_iter()
+                        .map(|p| PairingView {
+                            code: p.code,
+                            binding: p.binding,
+                            user: p.user,
+                            user_name: p.user_name,
+                            created: rfc3339(p.created_ms),
+                        })
+                        .collect()
+                });
+                let _ = reply.send(pairings.map(|p| (views, p)));
+            }
+            ChannelsMsg::Bind { spec, reply } => {
+                let r = s
+                    .record_from_spec(&spec)
+                    .and_then(|rec| s.bind(&myself, rec));
+                let _ = reply.send(r);
+            }
+            ChannelsMsg::BindRecord { rec, reply } => {
+                let _ = reply.send(s.bind(&myself, *rec));
+            }
+            ChannelsMsg::Unbind { name, reply } => {
+                let _ = reply.send(s.unbind(&name));
+            }
+            ChannelsMsg::Pair { code, reply } => {
+                let _ = reply.send(s.pair(&code).await);
+            }
+            ChannelsMsg::Test { name, reply } => {
+                let target = s.targets(&name);
+                let platform = s
+                    .bindings
+                    .get(name.split(':').next().unwrap_or(""))
+                    .map(|l| l.platform.clone());
+                // The platform's answer is awaited in a task: a slow
+                // platform must not hold the mailbox.
+                tokio::spawn(async move {
+                    let r = async {
+                        let (binding, chats) = target?;
+                        let platform = platform.ok_or_else(|| not_found(&binding))?;
+                        let chat = chats.first().cloned().unwrap_or_default();
+                        let chunk = OutChunk {
+                            id: format!("test/{}", chrono::Utc::now().timestamp_millis()),
+                            text: "A test message from flytod: this binding can send.".into(),
+                            index: 0,
+                            last: true,
+                            plain: true,
+                            context_token: None,
+                            reply_to: None,
+                        };
+                        match tokio::time::timeout(
+                            Duration::from_secs(30),
+                            platform.send(&chat, &chunk),
+                        )
+                        .await
+                        {
+                            Ok(Ok(id)) => Ok(format!(
+                                "sent to {binding}:{chat}: the platform answered message id {id}"
+                            )),
+                            Ok(Err(e)) => Err(Reject::new(
+                                ErrorCode::Unavailable,
+                                format!("{binding}:{chat}: {e}"),
+                            )),
+                            Err(_) => Err(Reject::new(
+                                ErrorCode::Unavailable,
+                                format!(
+                                    "{binding}:{chat}: the platform did not answer within 30 s"
+                                ),
+                            )),
+                        }
+                    }
+                    .await;
+                    let _ = reply.send(r);
+                });
+            }
+            ChannelsMsg::Notify {
+                target,
+                key,
+                text,
+                reply,
+            } => {
+                let r = match s.targets(&target) {
+                    Ok((binding, chats)) => {
+                        let mut n = Ok(0);
+                        for chat in chats {
+                            match s
+                                .queue_text(&binding, &chat, &format!("{key}/{chat}"), &text)
+                                .await
+                            {
+                                Ok(true) => n = n.map(|k| k + 1),
+                                Ok(false) => {}
+                                Err(e) => n = Err(e),
+                            }
+                        }
+                        n
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = &r {
+                    tracing::warn!(target = %target, error = %e.message, "a notification was not queued");
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(r);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,441 @@
+//! The channels room's records in the tree `channels`: bindings (with
+//! their secrets), each binding's cursor, the inbound journal with its
+//! dedup keys, per-chat state, the outbox, pairing requests and admitted
+//! users. Keys start with one letter naming the record kind, then the
+//! binding name and a zero byte, so one binding's records are one prefix.
+//!
+//! Writes that must go together (journal entries and the cursor that
+//! acknowledges them; a turn's end and its reply chunks) are one batch.
+
+use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
+use serde::{Deserialize, Serialize};
+
+const FORMAT: u32 = 1;
+
+/// What a binding talks to, with what it needs to (secrets included: they
+/// live only here, in the state directory, and in config).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub enum BindingKind {
+    Telegram {
+        token: String,
+        api_base: Option<String>,
+    },
+    Wechat {
+        bot_token: String,
+        base_url: Option<String>,
+    },
+    Wecom {
+        corp_id: String,
+        agent_id: String,
+        secret: String,
+        userid: String,
+    },
+    Inbox {
+        dir: String,
+    },
+}
+
+impl BindingKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BindingKind::Telegram { .. } => "telegram",
+            BindingKind::Wechat { .. } => "wechat",
+            BindingKind::Wecom { .. } => "wecom",
+            BindingKind::Inbox { .. } => "inbox",
+        }
+    }
+}
+
+impl std::fmt::Debug for BindingKind {
+    // Secrets never reach a log line, even through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindingKind::Inbox { dir } => write!(f, "Inbox({dir})"),
+            other => write!(f, "{}([redacted])", other.name()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BindingRecord {
+    pub name: String,
+    pub kind: BindingKind,
+    pub created_ms: u64,
+    /// Set when the platform refused the token: no polling until rebound.
+    pub auth_failed: Option<String>,
+    /// Paused (WeChat session expired) until then.
+    pub paused_until_ms: Option<u64>,
+}
+
+/// The cursor that acknowledges what was journaled, and when it was last
+/// used (Telegram forgets offsets after a week of silence).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CursorRecord {
+    pub cursor: String,
+    pub used_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TurnState {
+    /// Journaled, waiting for its chat's earlier messages.
+    Queued,
+    /// Sent to the session, which then had `base` messages.
+    Started { session: String, base: u64 },
+    /// Its reply is in the outbox.
+    Answered,
+    /// Handled without a model (a command such as `/status`).
+    Command,
+}
+
+/// One inbound message, journaled before the platform's cursor moves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboundRecord {
+    pub binding: String,
+    pub seq: u64,
+    pub update_id: String,
+    pub chat: String,
+    pub user: String,
+    pub message_id: String,
+    pub text: String,
+    pub received_ms: u64,
+    pub state: TurnState,
+}
+
+/// What the room knows of one chat.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatRecord {
+    pub session: Option<String>,
+    /// When its user last wrote (for the soft reset after a gap).
+    pub last_user_ms: u64,
+    /// The user blocked the bot.
+    pub closed: bool,
+    /// WeChat: the token of the user's latest message, and when it came.
+    pub context_token: Option<(String, u64)>,
+    /// Bumped by `/new`: the chat's next session is a fresh one.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum OutState {
+    Pending,
+    /// Handed to the platform; not known to have arrived. A restart finds
+    /// it so and gives it up (visibly) rather than risk sending it twice.
+    Sending,
+    Sent {
+        platform_id: String,
+        at_ms: u64,
+    },
+    /// Given up, with why (stale, refused, the chat closed).
+    Dropped {
+        why: String,
+    },
+    /// WeChat: no fresh context token; sent when the user writes again.
+    NeedsUserMessage,
+}
+
+/// One reply chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutRecord {
+    pub binding: String,
+    pub seq: u64,
+    /// `<session or source>/<turn>/<n>`: stable across restarts.
+    pub id: String,
+    pub chat: String,
+    pub text: String,
+    pub index: u32,
+    pub last: bool,
+    pub plain: bool,
+    pub created_ms: u64,
+    /// The message this answers (the inbox names its reply after it).
+    pub reply_to: Option<String>,
+    pub state: OutState,
+}
+
+/// A stranger's request to be admitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairingRecord {
+    pub code: String,
+    pub binding: String,
+    pub user: String,
+    pub user_name: String,
+    pub chat: String,
+    pub created_ms: u64,
+}
+
+fn key(kind: u8, binding: &str, rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + binding.len() + rest.len());
+    k.push(kind);
+    k.extend_from_slice(binding.as_bytes());
+    k.push(0);
+    k.extend_from_slice(rest);
+    k
+}
+
+fn seq_key(kind: u8, binding: &str, seq: u64) -> Vec<u8> {
+    key(kind, binding, &seq.to_be_bytes())
+}
+
+fn chat_message_key(binding: &str, chat: &str, message_id: &str) -> Vec<u8> {
+    let mut rest = chat.as_bytes().to_vec();
+    rest.push(0);
+    rest.extend_from_slice(message_id.as_bytes());
+    key(b'm', binding, &rest)
+}
+
+/// One write of several records, applied atomically.
+#[derive(Default)]
+pub struct Write {
+    batch: Batch,
+}
+
+impl Write {
+    pub fn inbound(&mut self, r: &InboundRecord) -> &mut Self {
+        self.batch
+            .insert(seq_key(b'i', &r.binding, r.seq), encode_record(FORMAT, r));
+        self.batch
+            .insert(key(b'u', &r.binding, r.update_id.as_bytes()), &b""[..]);
+        self.batch.insert(
+            chat_message_key(&r.binding, &r.chat, &r.message_id),
+            &b""[..],
+        );
+        self
+    }
+    /// An update seen and deliberately not journaled (a stranger's, one
+    /// without text): only its id, so it is not looked at again.
+    pub fn seen(&mut self, binding: &str, update_id: &str) -> &mut Self {
+        self.batch
+            .insert(key(b'u', binding, update_id.as_bytes()), &b""[..]);
+        self
+    }
+    pub fn cursor(&mut self, binding: &str, c: &CursorRecord) -> &mut Self {
+        self.batch
+            .insert(key(b'c', binding, b""), encode_record(FORMAT, c));
+        self
+    }
+    pub fn chat(&mut self, binding: &str, chat: &str, c: &ChatRecord) -> &mut Self {
+        self.batch.insert(
+            key(b'k', binding, chat.as_bytes()),
+            encode_record(FORMAT, c),
+        );
+        self
+    }
+    pub fn out(&mut self, o: &OutRecord) -> &mut Self {
+        self.batch
+            .insert(seq_key(b'o', &o.binding, o.seq), encode_record(FORMAT, o));
+        self.batch.insert(
+            key(b'x', &o.binding, o.id.as_bytes()),
+            o.seq.to_be_bytes().to_vec(),
+        );
+        self
+    }
+    pub fn pairing(&mut self, p: &PairingRecord) -> &mut Self {
+        self.batch
+            .insert(key(b'p', "", p.code.as_bytes()), encode_record(FORMAT, p));
+        self.batch.insert(
+            key(b'q', &p.binding, p.user.as_bytes()),
+            p.code.as_bytes().to_vec(),
+        );
+        self
+    }
+    pub fn unpair(&mut self, p: &PairingRecord) -> &mut Self {
+        self.batch.remove(key(b'p', "", p.code.as_bytes()));
+        self.batch.remove(key(b'q', &p.binding, p.user.as_bytes()));
+        self
+    }
+    pub fn allow(&mut self, binding: &str, user: &str) -> &mut Self {
+        self.batch
+            .insert(key(b'a', binding, user.as_bytes()), &b""[..]);
+        self
+    }
+    pub fn binding(&mut self, b: &BindingRecord) -> &mut Self {
+        self.batch
+            .insert(key(b'b', &b.name, b""), encode_record(FORMAT, b));
+        self
+    }
+}
+
+#[derive(Clone)]
+pub struct ChannelStore {
+    store: Store,
+    tree: sled::Tree,
+}
+
+impl ChannelStore {
+    pub fn open(store: Store) -> Result<ChannelStore, StoreError> {
+        let tree = store.tree("channels")?;
+        Ok(ChannelStore { store, tree })
+    }
+
+    pub fn apply(&self, w: &Write) -> Result<(), StoreError> {
+        self.store.apply(&self.tree, &w.batch)
+    }
+
+    /// Waits until everything written so far is durable.
+    pub async fn synced(&self) -> Result<(), String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.store.after_sync(Box::new(move |r| {
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        }));
+        rx.await
+            .map_err(|_| "the store stopped before the write was durable".to_string())?
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, k: &[u8]) -> Result<Option<T>, StoreError> {
+        match self.store.get(&self.tree, k)? {
+            Some(v) => decode_record(String::from_utf8_lossy(k), &v, FORMAT, |ver, _| {
+                Err(format!("channel record format {ver} is not known"))
+            })
+            .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn has(&self, k: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.store.get(&self.tree, k)?.is_some())
+    }
+
+    fn scan<T: serde::de::DeserializeOwned>(&self, prefix: &[u8]) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, prefix, false) {
+            let (k, v) = entry?;
+            out.push(decode_record(
+                String::from_utf8_lossy(&k),
+                &v,
+                FORMAT,
+                |ver, _| Err(format!("channel record format {ver} is not known")),
+            )?);
+        }
+        Ok(out)
+    }
+
+    pub fn bindings(&self) -> Result<Vec<BindingRecord>, StoreError> {
+        self.scan(b"b")
+    }
+
+    pub fn binding(&self, name: &str) -> Result<Option<BindingRecord>, StoreError> {
+        self.get(&key(b'b', name, b""))
+    }
+
+    /// The binding and every record under it.
+    pub fn remove_binding(&self, name: &str) -> Result<(), StoreError> {
+        let mut b = Batch::new();
+        for kind in [b'b', b'c', b'u', b'm', b'i', b'k', b'o', b'x', b'a', b'q'] {
+            for entry in self
+                .store
+                .scan_prefix(&self.tree, &key(kind, name, b""), false)
+            {
+                b.remove(entry?.0.to_vec());
+            }
+        }
+        for p in self.pairings()? {
+            if p.binding == name {
+                b.remove(key(b'p', "", p.code.as_bytes()));
+            }
+        }
+        self.store.apply(&self.tree, &b)
+    }
+
+    pub fn cursor(&self, binding: &str) -> Result<Option<CursorRecord>, StoreError> {
+        self.get(&key(b'c', binding, b""))
+    }
+
+    pub fn seen_update(&self, binding: &str, update_id: &str) -> Result<bool, StoreError> {
+        self.has(&key(b'u', binding, update_id.as_bytes()))
+    }
+
+    pub fn seen_message(
+        &self,
+        binding: &str,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.has(&chat_message_key(binding, chat, message_id))
+    }
+
+    /// The binding's journal, oldest first.
+    pub fn inbound(&self, binding: &str) -> Result<Vec<InboundRecord>, StoreError> {
+        self.scan(&key(b'i', binding, b""))
+    }
+
+    pub fn last_seq(&self, kind: u8, binding: &str) -> Result<u64, StoreError> {
+        let prefix = key(kind, binding, b"");
+        match self.store.scan_prefix(&self.tree, &prefix, true).next() {
+            Some(entry) => {
+                let (k, _) = entry?;
+                let tail: [u8; 8] = k[prefix.len()..].try_into().unwrap_or([0; 8]);
+                Ok(u64::from_be_bytes(tail))
+            }
+            None => Ok(0),
+        }
+    }
+
+    pub fn chat(&self, binding: &str, chat: &str) -> Result<Option<ChatRecord>, StoreError> {
+        self.get(&key(b'k', binding, chat.as_bytes()))
+    }
+
+    pub fn chats(&self, binding: &str) -> Result<Vec<(String, ChatRecord)>, StoreError> {
+        let prefix = key(b'k', binding, b"");
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, &prefix, false) {
+            let (k, v) = entry?;
+            let chat = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            let rec = decode_record(&chat, &v, FORMAT, |ver, _| {
+                Err(format!("channel record format {ver} is not known"))
+            })?;
+            out.push((chat, rec));
+        }
+        Ok(out)
+    }
+
+    /// The binding's outbox, oldest first.
+    pub fn outbox(&self, binding: &str) -> Result<Vec<OutRecord>, StoreError> {
+        self.scan(&key(b'o', binding, b""))
+    }
+
+    /// Whether a chunk with this stable id was ever queued.
+    pub fn has_out(&self, binding: &str, id: &str) -> Result<bool, StoreError> {
+        self.has(&key(b'x', binding, id.as_bytes()))
+    }
+
+    pub fn pairings(&self) -> Result<Vec<PairingRecord>, StoreError> {
+        self.scan(&key(b'p', "", b""))
+    }
+
+    pub fn pairing(&self, code: &str) -> Result<Option<PairingRecord>, StoreError> {
+        self.get(&key(b'p', "", code.as_bytes()))
+    }
+
+    pub fn pending_pairing(&self, binding: &str, user: &str) -> Result<bool, StoreError> {
+        self.has(&key(b'q', binding, user.as_bytes()))
+    }
+
+    pub fn allowed(&self, binding: &str, user: &str) -> Result<bool, StoreError> {
+        self.has(&key(b'a', binding, user.as_bytes()))
+    }
+
+    /// Journal entries and outbox chunks that are done and older than
+    /// `before_ms` go; dedup keys of the journal stay a week longer than
+    /// a platform redelivers.
+    pub fn prune(&self, binding: &str, before_ms: u64) -> Result<usize, StoreError> {
+        let mut b = Batch::new();
+        let mut n = 0;
+        for r in self.inbound(binding)? {
+            if r.received_ms < before_ms
+                && matches!(r.state, TurnState::Answered | TurnState::Command)
+            {
+                b.remove(seq_key(b'i', binding, r.seq));
+                n += 1;
+            }
+        }
+        for o in self.outbox(binding)? {
+            if o.created_ms < before_ms
+                && !matches!(o.state, OutState::Pending | OutState::NeedsUserMessage)
+            {
+                b.remove(seq_key(b'o', binding, o.seq));
+                n += 1;
+            }
+        }
+        self.store.apply(&self.tree, &b)?;
+        Ok(n)
+    }
+}
