@@ -6,5 +6,7 @@
 //! session manager's messages and may not touch plans or memory.
 
 pub mod platform;
+pub mod wechat;
+pub mod wecom;
 
 pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
