@@ -103,7 +103,9 @@ impl WechatPlatform {
             .header("Authorization", format!("Bearer {}", self.token))
             .header("X-WECHAT-UIN", fresh_uin())
             .json(&body);
-        let result = read_json(&what, request).await.and_then(|v| check_ret(&what, v));
+        let result = read_json(&what, request)
+            .await
+            .and_then(|v| check_ret(&what, v));
         result.map_err(|e| redact(e, &self.token))
     }
 
@@ -114,7 +116,10 @@ impl WechatPlatform {
 
     async fn typing_ticket(&self, chat: &str) -> Result<Option<String>, PlatformError> {
         let cached = {
-            let map = self.typing_tickets.lock().unwrap_or_else(|e| e.into_inner());
+            let map = self
+                .typing_tickets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             map.get(chat).cloned()
         };
         if cached.is_some() {
@@ -134,7 +139,10 @@ impl WechatPlatform {
             .filter(|t| !t.is_empty())
             .map(str::to_string);
         if let Some(ticket) = &ticket {
-            let mut map = self.typing_tickets.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self
+                .typing_tickets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             map.insert(chat.to_string(), ticket.clone());
         }
         Ok(ticket)
@@ -146,7 +154,11 @@ impl Platform for WechatPlatform {
         Box::pin(async move {
             let body = json!({ "get_updates_buf": cursor.unwrap_or("") });
             let answer = self
-                .post("getupdates", body, self.poll_timeout + Duration::from_secs(10))
+                .post(
+                    "getupdates",
+                    body,
+                    self.poll_timeout + Duration::from_secs(10),
+                )
                 .await?;
             let updates: Vec<Inbound> = answer["msgs"]
                 .as_array()
@@ -206,7 +218,10 @@ impl Platform for WechatPlatform {
             let result = self.post("sendtyping", body, CALL_TIMEOUT).await;
             if result.is_err() {
                 // The ticket may be stale: ask for a fresh one next time.
-                let mut map = self.typing_tickets.lock().unwrap_or_else(|e| e.into_inner());
+                let mut map = self
+                    .typing_tickets
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 map.remove(chat);
             }
             result.map(|_| ())
@@ -252,7 +267,10 @@ pub enum QrStatus {
     Scanned,
     Expired,
     /// Bound: the bot token and the API host to use with it.
-    Confirmed { bot_token: String, base_url: String },
+    Confirmed {
+        bot_token: String,
+        base_url: String,
+    },
 }
 
 impl fmt::Debug for QrStatus {
@@ -279,7 +297,10 @@ pub async fn request_qr(base_url: &str) -> Result<Qr, PlatformError> {
         .query(&[("bot_type", "3")])
         .timeout(CALL_TIMEOUT);
     let answer = check_ret(what, read_json(what, request).await?)?;
-    match (answer["qrcode"].as_str(), answer["qrcode_img_content"].as_str()) {
+    match (
+        answer["qrcode"].as_str(),
+        answer["qrcode_img_content"].as_str(),
+    ) {
         (Some(id), Some(content)) if !id.is_empty() => Ok(Qr {
             id: id.to_string(),
             content: content.to_string(),
@@ -541,11 +562,14 @@ fn item_text(item: &Value) -> Option<String> {
 
 /// Standard base64 with padding (only the UIN header needs it).
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for group in bytes.chunks(3) {
-        let b = [group[0], *group.get(1).unwrap_or(&0), *group.get(2).unwrap_or(&0)];
+        let b = [
+            group[0],
+            *group.get(1).unwrap_or(&0),
+            *group.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= group.len() {
@@ -592,11 +616,8 @@ pub(crate) fn split_text(text: &str, limit: usize, weight: fn(char) -> usize) ->
 /// Where to end a piece within `window` (a byte index after the break).
 fn best_break(window: &str) -> Option<usize> {
     let half = window.len() / 2;
-    let after = |found: Option<(usize, usize)>| {
-        found
-            .map(|(at, len)| at + len)
-            .filter(|&cut| cut > half)
-    };
+    let after =
+        |found: Option<(usize, usize)>| found.map(|(at, len)| at + len).filter(|&cut| cut > half);
     let last = |pat: &str| window.rfind(pat).map(|at| (at, pat.len()));
     let sentence = [". ", "! ", "? ", "。", "！", "？", ".\n"]
         .iter()
@@ -629,7 +650,10 @@ mod tests {
         assert_eq!(split_text(text, 12, chars), vec!["One two. ", "Three four"]);
         let text = "alpha beta gamma";
         assert_eq!(split_text(text, 12, chars), vec!["alpha beta ", "gamma"]);
-        assert_eq!(split_text("abcdefghij", 4, chars), vec!["abcd", "efgh", "ij"]);
+        assert_eq!(
+            split_text("abcdefghij", 4, chars),
+            vec!["abcd", "efgh", "ij"]
+        );
         assert!(split_text("", 10, chars).is_empty());
     }
 
