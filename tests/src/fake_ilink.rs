@@ -168,7 +168,7 @@ impl FakeIlink {
             .lock()
             .inbox
             .iter()
-            .find(|m| m["message_id"].to_string() == id)
+            .find(|m| m["message_id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
             .and_then(|m| m["context_token"].as_str().map(str::to_string))
     }
 
