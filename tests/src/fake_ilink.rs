@@ -205,21 +205,16 @@ impl FakeIlink {
 
     /// The user confirms every QR code issued so far.
     pub fn confirm_qr(&self) {
-        self.shared
-            .lock()
-            .qrs
-            .values_mut()
-            .for_each(|q| q.confirmed = true);
-        self.shared.changed.notify_all();
+        self.update_qrs(|q| q.confirmed = true);
     }
 
     /// Every QR code issued so far expires.
     pub fn expire_qr(&self) {
-        self.shared
-            .lock()
-            .qrs
-            .values_mut()
-            .for_each(|q| q.expired = true);
+        self.update_qrs(|q| q.expired = true);
+    }
+
+    fn update_qrs(&self, change: fn(&mut Qr)) {
+        self.shared.lock().qrs.values_mut().for_each(change);
         self.shared.changed.notify_all();
     }
 }

@@ -281,29 +281,23 @@ async fn wechat_without_a_context_token_the_reply_waits() {
     assert!(!format!("{wx:?}").contains(TOKEN));
 }
 
+/// One status poll of QR `id`, which must not fail.
+async fn qr_status(fake: &FakeIlink, id: &str) -> QrStatus {
+    wechat::qr_status(&fake.base_url(), id, Duration::from_secs(5))
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn wechat_qr_binding_reaches_confirmed() {
     let fake = FakeIlink::start(TOKEN);
     let qr = wechat::request_qr(&fake.base_url()).await.unwrap();
     assert!(!qr.id.is_empty());
     assert!(qr.content.contains(&qr.id), "{qr:?}");
-    let wait = Duration::from_secs(5);
-    assert_eq!(
-        wechat::qr_status(&fake.base_url(), &qr.id, wait)
-            .await
-            .unwrap(),
-        QrStatus::Waiting
-    );
-    assert_eq!(
-        wechat::qr_status(&fake.base_url(), &qr.id, wait)
-            .await
-            .unwrap(),
-        QrStatus::Scanned
-    );
+    assert_eq!(qr_status(&fake, &qr.id).await, QrStatus::Waiting);
+    assert_eq!(qr_status(&fake, &qr.id).await, QrStatus::Scanned);
     fake.confirm_qr();
-    let status = wechat::qr_status(&fake.base_url(), &qr.id, wait)
-        .await
-        .unwrap();
+    let status = qr_status(&fake, &qr.id).await;
     assert_eq!(
         status,
         QrStatus::Confirmed {
@@ -333,21 +327,10 @@ async fn wechat_qr_binding_reaches_confirmed() {
 async fn wechat_qr_binding_can_expire() {
     let fake = FakeIlink::start(TOKEN);
     let qr = wechat::request_qr(&fake.base_url()).await.unwrap();
-    let wait = Duration::from_secs(5);
-    assert_eq!(
-        wechat::qr_status(&fake.base_url(), &qr.id, wait)
-            .await
-            .unwrap(),
-        QrStatus::Waiting
-    );
+    assert_eq!(qr_status(&fake, &qr.id).await, QrStatus::Waiting);
     fake.expire_qr();
-    assert_eq!(
-        wechat::qr_status(&fake.base_url(), &qr.id, wait)
-            .await
-            .unwrap(),
-        QrStatus::Expired
-    );
-    let err = wechat::qr_status(&fake.base_url(), "qr-unknown", wait)
+    assert_eq!(qr_status(&fake, &qr.id).await, QrStatus::Expired);
+    let err = wechat::qr_status(&fake.base_url(), "qr-unknown", Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(matches!(err, PlatformError::Rejected(_)), "{err:?}");
