@@ -25,7 +25,9 @@ pub use flyto_protocol;
 
 pub mod fake_anthropic;
 mod fake_http;
+pub mod fake_ilink;
 pub mod fake_llm;
+pub mod fake_wecom;
 pub mod policy_cases;
 pub mod sessions_support;
 

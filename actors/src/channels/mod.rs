@@ -11,5 +11,7 @@ pub mod inbox;
 pub mod manager;
 pub mod platform;
 pub mod store;
+pub mod wechat;
+pub mod wecom;
 
 pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
