@@ -7,6 +7,8 @@ use flyto_actors::channels::Platform;
 use flyto_actors::channels::inbox::InboxPlatform;
 use flyto_actors::channels::manager::{CHANNELS_NAME, ChannelsMsg, PlatformFactory};
 use flyto_actors::channels::store::{BindingKind, BindingRecord};
+use flyto_actors::channels::wechat::WechatPlatform;
+use flyto_actors::channels::wecom::WecomPlatform;
 use flyto_actors::plans::Reject;
 use flyto_protocol::{ErrorCode, Request, Response};
 use ractor::ActorRef;

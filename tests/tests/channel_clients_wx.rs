@@ -32,6 +32,7 @@ fn chunk(id: &str, text: &str, index: u32, last: bool, context: Option<&str>) ->
         last,
         plain: true,
         context_token: context.map(str::to_string),
+        reply_to: None,
     }
 }
 
