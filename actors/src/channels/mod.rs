@@ -5,6 +5,7 @@
 //! through a persisted outbox. The room reaches sessions only through the
 //! session manager's messages and may not touch plans or memory.
 
+pub mod chunk;
 pub mod platform;
 
 pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
