@@ -7,5 +7,6 @@
 
 pub mod chunk;
 pub mod platform;
+pub mod telegram;
 
 pub use platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
