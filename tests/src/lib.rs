@@ -26,6 +26,7 @@ pub use flyto_protocol;
 pub mod fake_anthropic;
 mod fake_http;
 pub mod fake_llm;
+pub mod fake_telegram;
 pub mod policy_cases;
 pub mod sessions_support;
 

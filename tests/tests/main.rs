@@ -2,6 +2,7 @@
 //! binaries; build them first (`cargo build --workspace --bins`).
 
 mod bad_input;
+mod channel_clients;
 mod cli;
 mod compaction;
 mod dream;
