@@ -48,6 +48,19 @@ pub struct Failure {
     pub migrate_to_chat_id: Option<i64>,
 }
 
+impl Failure {
+    /// Telegram's error body with `description` and no parameters.
+    pub fn new(status: u16, description: &str) -> Failure {
+        Failure {
+            status,
+            raw_body: None,
+            description: description.to_string(),
+            retry_after: None,
+            migrate_to_chat_id: None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     next_update_id: i64,
@@ -167,11 +180,8 @@ impl FakeTelegram {
         self.fail_next_with(
             method,
             Failure {
-                status,
-                raw_body: None,
-                description: description.to_string(),
                 retry_after,
-                migrate_to_chat_id: None,
+                ..Failure::new(status, description)
             },
         );
     }

@@ -39,6 +39,18 @@ fn chunk(text: &str, plain: bool) -> OutChunk {
     }
 }
 
+/// A send of "x" to chat 42 after scripting its failure.
+async fn failed_send(
+    tg: &FakeTelegram,
+    p: &TelegramPlatform,
+    status: u16,
+    description: &str,
+    retry_after: Option<u64>,
+) -> PlatformError {
+    tg.fail_next("sendMessage", status, description, retry_after);
+    no_token(p.send("42", &chunk("x", false)).await)
+}
+
 /// The error, checked to keep the token out of its text and its Debug.
 fn no_token<T: std::fmt::Debug>(r: Result<T, PlatformError>) -> PlatformError {
     let e = r.expect_err("the call should fail");
@@ -152,70 +164,54 @@ async fn a_wrong_or_revoked_token_is_an_auth_failure() {
 async fn send_errors_fall_into_their_classes() {
     let tg = FakeTelegram::start(TOKEN);
     let p = platform(&tg, Duration::from_secs(1), Some("MarkdownV2"));
-    tg.fail_next(
-        "sendMessage",
-        403,
-        "Forbidden: bot was blocked by the user",
-        None,
-    );
     assert!(matches!(
-        no_token(p.send("42", &chunk("x", false)).await),
+        failed_send(&tg, &p, 403, "Forbidden: bot was blocked by the user", None).await,
         PlatformError::ChatClosed(_)
     ));
-    tg.fail_next(
-        "sendMessage",
-        429,
-        "Too Many Requests: retry after 17",
-        Some(17),
-    );
     assert_eq!(
-        no_token(p.send("42", &chunk("x", false)).await),
+        failed_send(&tg, &p, 429, "Too Many Requests: retry after 17", Some(17)).await,
         PlatformError::RateLimited {
             retry_after: Duration::from_secs(17)
         }
     );
-    tg.fail_next(
-        "sendMessage",
-        400,
-        "Bad Request: can't parse entities: Character '.' is reserved and must be escaped",
-        None,
-    );
     assert!(matches!(
-        no_token(p.send("42", &chunk("a.b", false)).await),
+        failed_send(
+            &tg,
+            &p,
+            400,
+            "Bad Request: can't parse entities: Character '.' is reserved and must be escaped",
+            None
+        )
+        .await,
         PlatformError::Markup(_)
     ));
     tg.fail_next_with(
         "sendMessage",
         Failure {
-            status: 400,
-            raw_body: None,
-            description: "Bad Request: group chat was upgraded to a supergroup chat".into(),
-            retry_after: None,
             migrate_to_chat_id: Some(-100777),
+            ..Failure::new(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+            )
         },
     );
     match no_token(p.send("-5", &chunk("x", false)).await) {
         PlatformError::Rejected(text) => assert!(text.contains("-100777"), "{text}"),
         other => panic!("a migrated chat is a rejection, got {other:?}"),
     }
-    tg.fail_next("sendMessage", 400, "Bad Request: chat not found", None);
     assert!(matches!(
-        no_token(p.send("42", &chunk("x", false)).await),
+        failed_send(&tg, &p, 400, "Bad Request: chat not found", None).await,
         PlatformError::Rejected(_)
     ));
-    tg.fail_next("sendMessage", 500, "Internal Server Error", None);
     assert!(matches!(
-        no_token(p.send("42", &chunk("x", false)).await),
+        failed_send(&tg, &p, 500, "Internal Server Error", None).await,
         PlatformError::Transient(_)
     ));
     tg.fail_next_with(
         "sendMessage",
         Failure {
-            status: 502,
             raw_body: Some("<html>Bad Gateway</html>".into()),
-            description: String::new(),
-            retry_after: None,
-            migrate_to_chat_id: None,
+            ..Failure::new(502, "")
         },
     );
     assert!(matches!(
