@@ -202,7 +202,11 @@ impl TelegramPlatform {
                     CALL_TIMEOUT,
                 )
                 .await
-                .map_err(|f| classify("deleteWebhook", f))?;
+                .map_err(|f| {
+                    // It did not happen: the next webhook 409 may try again.
+                    self.webhook_deleted.store(false, Ordering::SeqCst);
+                    classify("deleteWebhook", f)
+                })?;
                 self.call("getUpdates", body, timeout).await
             }
             other => other,
