@@ -27,6 +27,7 @@ pub mod fake_anthropic;
 mod fake_http;
 pub mod fake_ilink;
 pub mod fake_llm;
+pub mod fake_telegram;
 pub mod fake_wecom;
 pub mod policy_cases;
 pub mod sessions_support;

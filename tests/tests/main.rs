@@ -2,6 +2,7 @@
 //! binaries; build them first (`cargo build --workspace --bins`).
 
 mod bad_input;
+mod channel_clients;
 mod channel_clients_wx;
 mod channels;
 mod cli;

@@ -7,10 +7,12 @@
 
 pub mod binding;
 pub mod chat;
+pub mod chunk;
 pub mod inbox;
 pub mod manager;
 pub mod platform;
 pub mod store;
+pub mod telegram;
 pub mod wechat;
 pub mod wecom;
 
