@@ -46,8 +46,6 @@ pub enum BindKind {
     Wecom {
         #[arg(long, value_name = "ID")]
         userid: String,
-        #[arg(long, value_name = "URL")]
-        api_base: Option<String>,
     },
     /// A folder: write a file into DIR/tmp, rename it into DIR/new; the reply
     /// appears as DIR/out/<same name>
@@ -151,10 +149,9 @@ pub fn bind(ctx: &Ctx, args: BindArgs) -> Result<u8> {
             spec.api_base = api_base;
         }
         BindKind::Wechat { base_url } => return bind_wechat(ctx, base_url, args.name),
-        BindKind::Wecom { userid, api_base } => {
+        BindKind::Wecom { userid } => {
             spec.kind = "wecom".into();
             spec.userid = Some(userid);
-            spec.api_base = api_base;
             spec.corp_id = Some(env_secret("WECOM_CORP_ID", "the corp id")?);
             spec.agent_id = Some(env_secret("WECOM_AGENT_ID", "the application's agent id")?);
             spec.secret = Some(env_secret("WECOM_SECRET", "the application's secret")?);

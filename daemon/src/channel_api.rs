@@ -3,11 +3,13 @@
 //! config's settings.
 
 use crate::config::ChannelsSection;
+use flyto_actors::Clock;
 use flyto_actors::channels::Platform;
 use flyto_actors::channels::inbox::InboxPlatform;
 use flyto_actors::channels::manager::{CHANNELS_NAME, ChannelsMsg, PlatformFactory};
 use flyto_actors::channels::store::{BindingKind, BindingRecord};
-use flyto_actors::channels::wechat::WechatPlatform;
+use flyto_actors::channels::telegram::TelegramPlatform;
+use flyto_actors::channels::wechat;
 use flyto_actors::channels::wecom::WecomPlatform;
 use flyto_actors::plans::Reject;
 use flyto_protocol::{ErrorCode, Request, Response};
@@ -28,10 +30,49 @@ pub fn factory(c: &ChannelsSection) -> PlatformFactory {
                         .map_err(|e| e.to_string())?;
                     Ok(Arc::new(p))
                 }
-                other => Err(format!(
-                    "{} bindings are not supported by this flytod",
-                    other.name()
-                )),
+                BindingKind::Telegram { token, api_base } => {
+                    let p = TelegramPlatform::new(
+                        token.clone(),
+                        api_base.clone(),
+                        c.poll_timeout,
+                        c.telegram.parse_mode.clone(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok(Arc::new(p))
+                }
+                BindingKind::Wechat {
+                    bot_token,
+                    base_url,
+                } => {
+                    let p = wechat::WechatPlatform::new(
+                        bot_token.clone(),
+                        base_url.clone(),
+                        c.poll_timeout,
+                        c.wechat.chunk_chars,
+                        c.wechat.max_chunks,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok(Arc::new(p))
+                }
+                BindingKind::Wecom {
+                    corp_id,
+                    agent_id,
+                    secret,
+                    ..
+                } => {
+                    let agent: i64 = agent_id.parse().map_err(|_| {
+                        format!("the WeCom agent id `{agent_id}` is not a number: give the application's AgentId")
+                    })?;
+                    let p = WecomPlatform::new(
+                        corp_id.clone(),
+                        agent,
+                        secret.clone(),
+                        c.wecom.api_base.clone(),
+                    )
+                    .map_err(|e| e.to_string())?
+                    .with_poll_timeout(c.poll_timeout);
+                    Ok(Arc::new(p))
+                }
             }
         },
     )
@@ -102,7 +143,63 @@ pub async fn handle(req: &Request) -> Option<Result<Response, Reject>> {
             channel: None,
             message,
         }),
+        Request::ChannelQr { base_url } => {
+            let base = base_url.as_deref().unwrap_or(wechat::DEFAULT_BASE_URL);
+            wechat::request_qr(base)
+                .await
+                .map(|qr| Response::ChannelQr {
+                    id: qr.id,
+                    content: qr.content,
+                })
+                .map_err(|e| Reject::new(ErrorCode::Unavailable, format!("WeChat QR code: {e}")))
+        }
+        Request::ChannelQrWait { id, base_url, name } => {
+            qr_wait(id, base_url.as_deref(), name.clone()).await
+        }
         _ => return None,
     };
     Some(answer)
+}
+
+/// One long poll of the QR code's status; on `confirmed` the binding is
+/// stored here, so the bot token never travels to a client.
+async fn qr_wait(
+    id: &str,
+    base_url: Option<&str>,
+    name: Option<String>,
+) -> Result<Response, Reject> {
+    let base = base_url.unwrap_or(wechat::DEFAULT_BASE_URL);
+    let status = wechat::qr_status(base, id, Duration::from_secs(30))
+        .await
+        .map_err(|e| Reject::new(ErrorCode::Unavailable, format!("WeChat QR status: {e}")))?;
+    let (status, channel) = match status {
+        wechat::QrStatus::Waiting => ("wait", None),
+        wechat::QrStatus::Scanned => ("scanned", None),
+        wechat::QrStatus::Expired => ("expired", None),
+        wechat::QrStatus::Confirmed {
+            bot_token,
+            base_url,
+        } => {
+            let rec = BindingRecord {
+                name: name.unwrap_or_else(|| "wechat".into()),
+                kind: BindingKind::Wechat {
+                    bot_token,
+                    base_url: Some(base_url),
+                },
+                created_ms: flyto_actors::SystemClock.now_ms(),
+                auth_failed: None,
+                paused_until_ms: None,
+            };
+            let view = ask(|reply| ChannelsMsg::BindRecord {
+                rec: Box::new(rec),
+                reply,
+            })
+            .await?;
+            ("confirmed", Some(view))
+        }
+    };
+    Ok(Response::ChannelQrStatus {
+        status: status.into(),
+        channel,
+    })
 }

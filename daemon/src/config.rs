@@ -106,13 +106,12 @@ impl Default for WechatSection {
     }
 }
 
-/// WeCom application credentials (or WECOM_CORP_ID, WECOM_AGENT_ID,
-/// WECOM_SECRET in flytoctl's environment at `channel_bind wecom`).
+/// WeCom's API host (the credentials come from WECOM_CORP_ID,
+/// WECOM_AGENT_ID and WECOM_SECRET in flytoctl's environment at
+/// `channel_bind wecom`, and are kept in the state directory).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WecomSection {
-    pub corp_id: Option<String>,
-    pub agent_id: Option<String>,
     pub api_base: Option<String>,
 }
 

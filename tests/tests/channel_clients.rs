@@ -36,6 +36,7 @@ fn chunk(text: &str, plain: bool) -> OutChunk {
         last: true,
         plain,
         context_token: None,
+        reply_to: None,
     }
 }
 

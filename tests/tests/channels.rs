@@ -3,6 +3,7 @@
 //! message's way (after receive, after journal, after acknowledgement, at
 //! the turn's start, after its answer, after the reply was sent) still
 //! gives one turn per message and no reply twice.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::{DEADLINE, TestEnv, wait_until};

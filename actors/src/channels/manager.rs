@@ -46,6 +46,9 @@ pub struct ChannelsArgs {
     pub factory: PlatformFactory,
 }
 
+/// Every binding, and the pending pairing requests.
+pub type Listing = (Vec<ChannelView>, Vec<PairingView>);
+
 pub enum ChannelsMsg {
     /// A journaled message for a chat's worker.
     Route { binding: String, chat: String },
@@ -55,7 +58,7 @@ pub enum ChannelsMsg {
         actor: ActorRef<super::binding::BindingMsg>,
     },
     List {
-        reply: RpcReplyPort<Result<(Vec<ChannelView>, Vec<PairingView>), Reject>>,
+        reply: RpcReplyPort<Result<Listing, Reject>>,
     },
     Bind {
         spec: Box<ChannelSpec>,
@@ -511,6 +514,27 @@ impl ChannelsState {
     }
 }
 
+impl ChannelsState {
+    /// Answers once what was written is durable, without holding the
+    /// mailbox for the disk.
+    fn reply_when_durable<T: Send + 'static>(
+        &self,
+        reply: RpcReplyPort<Result<T, Reject>>,
+        answer: Result<T, Reject>,
+    ) {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let answer = match answer {
+                Ok(v) => store.synced().await.map(|()| v).map_err(|e| {
+                    Reject::new(ErrorCode::Internal, format!("cannot store the change: {e}"))
+                }),
+                Err(e) => Err(e),
+            };
+            let _ = reply.send(answer);
+        });
+    }
+}
+
 fn rfc3339(ms: u64) -> String {
     chrono::DateTime::from_timestamp_millis(ms as i64)
         .unwrap_or_default()
@@ -637,16 +661,19 @@ impl Actor for ChannelManager {
                 let r = s
                     .record_from_spec(&spec)
                     .and_then(|rec| s.bind(&myself, rec));
-                let _ = reply.send(r);
+                s.reply_when_durable(reply, r);
             }
             ChannelsMsg::BindRecord { rec, reply } => {
-                let _ = reply.send(s.bind(&myself, *rec));
+                let r = s.bind(&myself, *rec);
+                s.reply_when_durable(reply, r);
             }
             ChannelsMsg::Unbind { name, reply } => {
-                let _ = reply.send(s.unbind(&name));
+                let r = s.unbind(&name);
+                s.reply_when_durable(reply, r);
             }
             ChannelsMsg::Pair { code, reply } => {
-                let _ = reply.send(s.pair(&code).await);
+                let r = s.pair(&code).await;
+                s.reply_when_durable(reply, r);
             }
             ChannelsMsg::Test { name, reply } => {
                 let target = s.targets(&name);
