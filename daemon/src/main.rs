@@ -344,6 +344,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         clock.clone(),
     ));
     tools.extend(flyto_actors::plans::schedule_tools::all(clock.clone()));
+    tools.extend(flyto_actors::channels::tools::all());
     let session_deps = Arc::new(SessionDeps {
         store: Arc::new(SledSessionStore::open(store.clone())?),
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,

@@ -304,3 +304,107 @@ fn bad_channel_input_gets_a_clear_error() {
     );
     assert_eq!(list(&env)["channels"].as_array().unwrap().len(), 1);
 }
+
+fn notify_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("notify_"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_jobs_notify_delivers_each_runs_result_once_even_across_a_crash() {
+    let env = TestEnv::new(FAST);
+    let daemon = env.start();
+    let dir = inbox(&env);
+    let plan = env.work.join("p.toml");
+    std::fs::write(&plan, "[[steps]]\nid = \"s\"\nrun = \"echo the-result\"\n").unwrap();
+    ok(
+        &env,
+        &[
+            "job_create",
+            "--schedule",
+            "every 1s",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--notify",
+            "inbox",
+            "--name",
+            "tick",
+        ],
+    );
+    let first = wait_until("two results delivered", DEADLINE, || {
+        let n = notify_files(&dir);
+        (n.len() >= 2).then_some(n)
+    });
+    let body = std::fs::read_to_string(dir.join("out").join(&first[0])).unwrap();
+    assert!(
+        body.contains("Job tick") && body.contains("succeeded"),
+        "{body}"
+    );
+    assert!(body.contains("the-result"), "{body}");
+    daemon.kill9();
+    let _daemon = env.start();
+    wait_until("more results after the restart", DEADLINE, || {
+        (notify_files(&dir).len() >= first.len() + 2).then_some(())
+    });
+    ok(&env, &["job_pause", "tick"]);
+    // Settled: every submitted run's result was sent exactly once.
+    let (files, sent) = wait_until("the outbox to settle", DEADLINE, || {
+        let l = list(&env);
+        let c = &l["channels"][0];
+        let files = notify_files(&dir);
+        (c["outbox_pending"] == 0 && c["sent"].as_u64() == Some(files.len() as u64))
+            .then(|| (files, c["sent"].as_u64().unwrap()))
+    });
+    assert_eq!(sent as usize, files.len(), "a result was sent twice");
+    let fires: Value = serde_json::from_str(&ok(&env, &["job_show", "tick", "--json"])).unwrap();
+    let succeeded = fires["fires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["plan_state"] == "succeeded")
+        .count();
+    assert!(
+        files.len() <= succeeded && files.len() + 1 >= succeeded,
+        "{} results for {succeeded} runs",
+        files.len()
+    );
+}
+
+#[test]
+fn an_agent_pushes_to_a_binding_with_channel_send() {
+    let fake = FakeLlm::start(vec![
+        Reply::tool_call(
+            "c1",
+            "channel_send",
+            serde_json::json!({"binding": "inbox", "text": "pushed by the agent"}).to_string(),
+        ),
+        Reply::tool_call(
+            "c2",
+            "channel_send",
+            serde_json::json!({"binding": "nowhere", "text": "x"}).to_string(),
+        ),
+        Reply::text("done"),
+    ]);
+    let env = env_with(&fake);
+    let _daemon = env.start();
+    let dir = inbox(&env);
+    drop_message(&dir, "m.txt", "push something to me");
+    assert_eq!(reply(&dir, "m.txt"), "done");
+    let pushed: Vec<String> = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("push_"))
+        .collect();
+    assert_eq!(pushed.len(), 1, "{pushed:?}");
+    let body = std::fs::read_to_string(dir.join("out").join(&pushed[0])).unwrap();
+    assert_eq!(body, "pushed by the agent");
+    // A binding that does not exist is an error the model sees.
+    let third = &fake.requests()[2];
+    let text = third.to_string();
+    assert!(text.contains("no channel binding `nowhere`"), "{text}");
+}

@@ -749,7 +749,7 @@ impl Actor for ChannelManager {
                     tracing::warn!(target = %target, error = %e.message, "a notification was not queued");
                 }
                 if let Some(reply) = reply {
-                    let _ = reply.send(r);
+                    s.reply_when_durable(reply, r);
                 }
             }
         }

@@ -13,6 +13,7 @@ pub mod manager;
 pub mod platform;
 pub mod store;
 pub mod telegram;
+pub mod tools;
 pub mod wechat;
 pub mod wecom;
 

@@ -186,6 +186,24 @@ fn job_key(id: u64) -> Vec<u8> {
     k
 }
 
+fn tagged_key(tag: u8, job: u64) -> Vec<u8> {
+    let mut k = vec![tag];
+    k.extend_from_slice(&job.to_be_bytes());
+    k
+}
+
+const NOTIFY_FORMAT_VERSION: u32 = 1;
+
+/// A run's result owed to a chat: sent through the channels' outbox under
+/// `key`, which makes a second send of it a no-op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingNotify {
+    pub key: String,
+    /// `BINDING` or `BINDING:CHAT`.
+    pub target: String,
+    pub text: String,
+}
+
 fn fire_prefix(job: u64) -> Vec<u8> {
     let mut k = vec![b'f'];
     k.extend_from_slice(&job.to_be_bytes());
@@ -235,6 +253,8 @@ impl JobStore {
     pub fn delete(&self, id: u64) -> Result<(), StoreError> {
         let mut b = Batch::new();
         b.remove(job_key(id));
+        b.remove(tagged_key(b'c', id));
+        b.remove(tagged_key(b'o', id));
         for entry in self.store.scan_prefix(&self.tree, &fire_prefix(id), false) {
             b.remove(entry?.0.to_vec());
         }
@@ -289,6 +309,72 @@ impl JobStore {
             )?);
         }
         Ok(out)
+    }
+
+    /// The job after its plan's end was counted, the plan it was, and the
+    /// notification that end owes (if the job has `notify`), in one write:
+    /// a restart neither counts a plan twice nor forgets what it owes.
+    pub fn put_accounted(
+        &self,
+        job: &JobRecord,
+        plan: &str,
+        notify: Option<&PendingNotify>,
+    ) -> Result<(), StoreError> {
+        let mut b = Batch::new();
+        b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
+        b.insert(tagged_key(b'c', job.id), plan.as_bytes().to_vec());
+        if let Some(n) = notify {
+            b.insert(
+                tagged_key(b'o', job.id),
+                encode_record(NOTIFY_FORMAT_VERSION, n),
+            );
+        }
+        self.store.apply(&self.tree, &b)
+    }
+
+    /// The plan whose end was counted last.
+    pub fn counted(&self, id: u64) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .store
+            .get(&self.tree, &tagged_key(b'c', id))?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    /// Notifications owed, by job.
+    pub fn pending_notifies(&self) -> Result<Vec<(u64, PendingNotify)>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, b"o", false) {
+            let (k, v) = entry?;
+            let Some(id) = k
+                .get(1..9)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+            else {
+                continue;
+            };
+            let n = decode_record(
+                String::from_utf8_lossy(&k),
+                &v,
+                NOTIFY_FORMAT_VERSION,
+                |ver, _| Err(format!("notification record format {ver} is not known")),
+            )?;
+            out.push((id, n));
+        }
+        Ok(out)
+    }
+
+    /// The notification is in the channels' outbox (or was refused).
+    pub fn notified(&self, id: u64, key: &str) -> Result<(), StoreError> {
+        let still = self
+            .pending_notifies()?
+            .into_iter()
+            .any(|(j, n)| j == id && n.key == key);
+        if !still {
+            return Ok(());
+        }
+        let mut b = Batch::new();
+        b.remove(tagged_key(b'o', id));
+        self.store.apply(&self.tree, &b)
     }
 
     pub fn after_sync(&self, then: AfterSync) {

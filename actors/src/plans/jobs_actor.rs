@@ -11,7 +11,8 @@
 //! job's previous plan is still pending or running is `skipped`.
 
 use super::jobs::{
-    FireOutcome, FireRecord, JobRecord, JobStore, Mode, Template, format_id, parse_id, plan_of,
+    FireOutcome, FireRecord, JobRecord, JobStore, Mode, PendingNotify, Template, fire_key,
+    format_id, parse_id, plan_of,
 };
 use super::reader::PlanReader;
 use super::schedule::{Schedule, machine_zone};
@@ -67,6 +68,13 @@ impl Live {
 pub enum JobsMsg {
     /// Fires what is due, then sleeps again; a stale generation is ignored.
     Tick(u64),
+    /// A run's result is in the channels' outbox (`None`: not now; tried
+    /// again at the next tick).
+    Notified {
+        job: u64,
+        notify: PendingNotify,
+        done: bool,
+    },
     /// The wall clock was set: the pending tick was computed from the old
     /// time, so look now.
     ClockSet,
@@ -159,6 +167,10 @@ pub struct JobsState {
     unsettled: BTreeSet<u64>,
     /// Forwards the clock's jumps to the mailbox; ends with the actor.
     jump_watch: Option<tokio::task::JoinHandle<()>>,
+    /// Run results owed to chats, to hand to the channels room.
+    owed: Vec<(u64, PendingNotify)>,
+    /// Owed results the channels room could not take yet.
+    retry_owed: Vec<(u64, PendingNotify)>,
 }
 
 pub struct JobsActor;
@@ -307,6 +319,18 @@ impl JobsState {
         myself.send_after(wait, move || JobsMsg::Tick(generation));
     }
 
+    /// Hands what is owed to the channels room, each in a task that
+    /// reports back once the outbox holds it durably.
+    fn pay(&mut self, myself: &ActorRef<JobsMsg>) {
+        for (job, notify) in self.owed.drain(..) {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let done = deliver(&notify).await;
+                let _ = me.send_message(JobsMsg::Notified { job, notify, done });
+            });
+        }
+    }
+
     fn save(&self, id: u64) -> Result<(), Reject> {
         match self.jobs.get(&id) {
             Some(l) => self.store.put(&l.rec).map_err(Reject::internal),
@@ -366,8 +390,16 @@ impl JobsState {
         } else {
             l.rec.consecutive_failures = 0;
         }
-        if let Err(e) = self.save(id) {
-            tracing::error!("job {}: {}", format_id(id), e.message);
+        let owed = l.rec.notify.as_ref().map(|target| PendingNotify {
+            key: format!("notify/{}", fire_key(id, instant, false)),
+            target: target.clone(),
+            text: notify_text(l, &plan, &view, instant),
+        });
+        if let Err(e) = self.store.put_accounted(&l.rec, &plan, owed.as_ref()) {
+            tracing::error!("job {}: {e}", format_id(id));
+        }
+        if let Some(n) = owed {
+            self.owed.push((id, n));
         }
     }
 
@@ -548,8 +580,11 @@ impl JobsState {
                 }
             };
             let fires = self.store.fires(rec.id).map_err(Reject::internal)?;
+            let counted = self.store.counted(rec.id).map_err(Reject::internal)?;
             let last_plan = fires.iter().rev().find_map(|f| match &f.outcome {
-                FireOutcome::Submitted { plan } => Some((plan.clone(), false)),
+                FireOutcome::Submitted { plan } => {
+                    Some((plan.clone(), counted.as_deref() == Some(plan.as_str())))
+                }
                 _ => None,
             });
             let id = rec.id;
@@ -792,6 +827,59 @@ impl JobsState {
     }
 }
 
+/// Queues a run's result in the channels' outbox. `false`: the room is
+/// not up (or did not answer): try again later. A refusal (no such
+/// binding) is final and logged.
+async fn deliver(n: &PendingNotify) -> bool {
+    use crate::channels::manager::{CHANNELS_NAME, ChannelsMsg};
+    let Some(cell) = ractor::registry::where_is(CHANNELS_NAME.into()) else {
+        return false;
+    };
+    let channels = ActorRef::<ChannelsMsg>::from(cell);
+    let answer = channels
+        .call(
+            |reply| ChannelsMsg::Notify {
+                target: n.target.clone(),
+                key: n.key.clone(),
+                text: n.text.clone(),
+                reply: Some(reply),
+            },
+            Some(Duration::from_secs(30)),
+        )
+        .await;
+    match answer {
+        Ok(ractor::rpc::CallResult::Success(Ok(_))) => true,
+        Ok(ractor::rpc::CallResult::Success(Err(r))) => {
+            tracing::warn!(target = %n.target, "a job's result was not sent: {}", r.message);
+            r.code != ErrorCode::Unavailable
+        }
+        _ => false,
+    }
+}
+
+/// What a chat is told when a job's run ends: which job, how it ended, and
+/// the run's final text (the last step's output, or its error).
+fn notify_text(l: &Live, plan: &str, view: &flyto_protocol::PlanView, instant: u64) -> String {
+    let name = l.rec.name.clone().unwrap_or_else(|| format_id(l.rec.id));
+    let at = utc(instant).with_timezone(&l.schedule.tz).to_rfc3339();
+    let mut text = format!("Job {name} ({at}): {plan} {}.", state_word(view.state));
+    if let Some(step) = view
+        .steps
+        .iter()
+        .rev()
+        .find(|s| !s.stdout_tail.trim().is_empty() || s.error.is_some())
+    {
+        let body = if step.stdout_tail.trim().is_empty() {
+            step.error.clone().unwrap_or_default()
+        } else {
+            step.stdout_tail.trim_end().to_string()
+        };
+        text.push_str("\n\n");
+        text.push_str(&body);
+    }
+    text
+}
+
 fn state_word(s: PlanState) -> &'static str {
     match s {
         PlanState::Pending => "pending",
@@ -845,6 +933,8 @@ impl Actor for JobsActor {
             armed: None,
             unsettled: BTreeSet::new(),
             jump_watch: None,
+            owed: Vec::new(),
+            retry_owed: Vec::new(),
         };
         if let Some(mut jumps) = s.clock.jumps() {
             let me = myself.clone();
@@ -857,6 +947,9 @@ impl Actor for JobsActor {
             }));
         }
         s.load(&myself).map_err(|r| r.message)?;
+        // What a crash left owed goes out again; the outbox's key makes
+        // a second delivery of it a no-op.
+        s.owed = s.store.pending_notifies().map_err(|e| e.to_string())?;
         s.arm(&myself);
         Ok(s)
     }
@@ -907,6 +1000,16 @@ impl Actor for JobsActor {
                 }
                 for id in s.unsettled.clone() {
                     s.account(id);
+                }
+                s.owed.append(&mut s.retry_owed);
+            }
+            JobsMsg::Notified { job, notify, done } => {
+                if done {
+                    if let Err(e) = s.store.notified(job, &notify.key) {
+                        tracing::warn!("job {}: {e}", format_id(job));
+                    }
+                } else {
+                    s.retry_owed.push((job, notify));
                 }
             }
             JobsMsg::ClockSet => {
@@ -1045,6 +1148,7 @@ impl Actor for JobsActor {
             }
         }
         s.arm(&myself);
+        s.pay(&myself);
         Ok(())
     }
 }
