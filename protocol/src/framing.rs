@@ -381,6 +381,29 @@ mod tests {
             Request::JobResume { id: "j1".into() },
             Request::JobDelete { id: "j1".into() },
             Request::JobRun { id: "j1".into() },
+            Request::ChannelList {},
+            Request::ChannelBind {
+                spec: ChannelSpec {
+                    kind: "inbox".into(),
+                    dir: Some("/home/u/inbox".into()),
+                    ..ChannelSpec::default()
+                },
+            },
+            Request::ChannelUnbind {
+                name: "inbox".into(),
+            },
+            Request::ChannelPair {
+                code: "K7QM2XPA".into(),
+            },
+            Request::ChannelTest {
+                name: "telegram:42".into(),
+            },
+            Request::ChannelQr { base_url: None },
+            Request::ChannelQrWait {
+                id: "q1".into(),
+                base_url: None,
+                name: Some("wechat".into()),
+            },
         ];
         let memory_entry = MemoryEntryView {
             name: "test-command".into(),
@@ -697,6 +720,35 @@ mod tests {
             Response::JobRan {
                 id: "j1".into(),
                 plan: "p3".into(),
+            },
+            Response::Channels {
+                channels: vec![ChannelView {
+                    name: "telegram".into(),
+                    kind: "telegram".into(),
+                    state: "ok".into(),
+                    last_poll: Some("2026-12-01T08:00:00Z".into()),
+                    queued: 2,
+                    ..ChannelView::default()
+                }],
+                pairings: vec![PairingView {
+                    code: "K7QM2XPA".into(),
+                    binding: "telegram".into(),
+                    user: "42".into(),
+                    user_name: "ann".into(),
+                    created: "2026-12-01T08:00:00Z".into(),
+                }],
+            },
+            Response::Channel {
+                channel: None,
+                message: "admitted ann".into(),
+            },
+            Response::ChannelQr {
+                id: "q1".into(),
+                content: "https://example.com/q".into(),
+            },
+            Response::ChannelQrStatus {
+                status: "wait".into(),
+                channel: None,
             },
             Response::JobHistory {
                 job: JobView {
