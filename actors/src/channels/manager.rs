@@ -21,6 +21,11 @@ use tokio::sync::{Notify, mpsc};
 
 pub const CHANNELS_NAME: &str = "flyto.channels";
 
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Finished messages and chunks are kept this long (for `channel_list`'s
+/// counts and for a look after a problem); their dedup keys stay.
+const KEEP_DONE: Duration = Duration::from_secs(86_400);
+
 /// Builds a binding's platform from its record (the daemon knows the
 /// config each platform takes).
 pub type PlatformFactory =
@@ -52,6 +57,9 @@ pub type Listing = (Vec<ChannelView>, Vec<PairingView>);
 pub enum ChannelsMsg {
     /// A journaled message for a chat's worker.
     Route { binding: String, chat: String },
+    /// Forgets finished journal entries and outbox chunks older than
+    /// [`KEEP_DONE`]: the state stays the size of what is in flight.
+    Prune,
     /// A binding's actor is up.
     Started {
         name: String,
@@ -573,6 +581,7 @@ impl Actor for ChannelManager {
             route_tx,
             forward: Some(forward),
         };
+        myself.send_interval(PRUNE_EVERY, || ChannelsMsg::Prune);
         for rec in s.store.bindings()? {
             let name = rec.name.clone();
             if let Err(e) = s.start_binding(&myself, rec) {
@@ -631,6 +640,23 @@ impl Actor for ChannelManager {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelsMsg::Route { binding, chat } => s.wake_chat(&binding, &chat),
+            ChannelsMsg::Prune => {
+                let before = s
+                    .clock
+                    .now_ms()
+                    .saturating_sub(KEEP_DONE.as_millis() as u64);
+                for name in s.bindings.keys() {
+                    match s.store.prune(name, before) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::debug!(binding = %name, n, "pruned finished channel records")
+                        }
+                        Err(e) => {
+                            tracing::warn!(binding = %name, error = %e, "cannot prune channel records")
+                        }
+                    }
+                }
+            }
             ChannelsMsg::Started { name, actor } => match s.bindings.get_mut(&name) {
                 Some(l) => l.actor = Some(actor),
                 // Unbound while it started.
