@@ -54,7 +54,7 @@ fn binding_by_qr_code_then_a_message_is_answered_with_its_context_token() {
     let fake = FakeLlm::start(vec![Reply::text("hello from the agent")]);
     let env = TestEnv::new(&config(&fake, ""));
     let daemon = env.start();
-    let mut bind = env
+    let bind = env
         .command(&flyto_tests::bin("flytoctl"))
         .args(["channel_bind", "wechat", "--base-url", &ilink.base_url()])
         .stdout(Stdio::piped())
