@@ -429,7 +429,10 @@ impl ChannelStore {
         }
         for o in self.outbox(binding)? {
             if o.created_ms < before_ms
-                && !matches!(o.state, OutState::Pending | OutState::NeedsUserMessage)
+                && !matches!(
+                    o.state,
+                    OutState::Pending | OutState::Sending | OutState::NeedsUserMessage
+                )
             {
                 b.remove(seq_key(b'o', binding, o.seq));
                 n += 1;
@@ -437,5 +440,117 @@ impl ChannelStore {
         }
         self.store.apply(&self.tree, &b)?;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbound(seq: u64, state: TurnState, at: u64) -> InboundRecord {
+        InboundRecord {
+            binding: "tg".into(),
+            seq,
+            update_id: format!("u{seq}"),
+            chat: "c".into(),
+            user: "42".into(),
+            message_id: format!("m{seq}"),
+            text: "hi".into(),
+            received_ms: at,
+            state,
+        }
+    }
+
+    fn out(seq: u64, state: OutState, at: u64) -> OutRecord {
+        OutRecord {
+            binding: "tg".into(),
+            seq,
+            id: format!("s/{seq}/0"),
+            chat: "c".into(),
+            text: "hello".into(),
+            index: 0,
+            last: true,
+            plain: false,
+            created_ms: at,
+            reply_to: None,
+            state,
+        }
+    }
+
+    #[test]
+    fn pruning_forgets_what_is_done_and_old_but_keeps_what_dedups_and_what_is_pending() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("db"), 8 << 20).unwrap();
+        let s = ChannelStore::open(store).unwrap();
+        let mut w = Write::default();
+        w.inbound(&inbound(1, TurnState::Answered, 10))
+            .inbound(&inbound(2, TurnState::Queued, 10))
+            .inbound(&inbound(3, TurnState::Answered, 1000))
+            .out(&out(
+                1,
+                OutState::Sent {
+                    platform_id: "9".into(),
+                    at_ms: 10,
+                },
+                10,
+            ))
+            .out(&out(2, OutState::Pending, 10))
+            .out(&out(3, OutState::Sending, 10));
+        s.apply(&w).unwrap();
+        assert_eq!(s.prune("tg", 500).unwrap(), 2);
+        let seqs: Vec<u64> = s.inbound("tg").unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [2, 3]);
+        let outs: Vec<u64> = s.outbox("tg").unwrap().iter().map(|o| o.seq).collect();
+        assert_eq!(outs, [2, 3]);
+        // A redelivered update or message of a pruned entry is still known.
+        assert!(s.seen_update("tg", "u1").unwrap());
+        assert!(s.seen_message("tg", "c", "m1").unwrap());
+        assert!(s.has_out("tg", "s/1/0").unwrap());
+        assert_eq!(s.last_seq(b'i', "tg").unwrap(), 3);
+    }
+
+    #[test]
+    fn unbinding_removes_every_record_of_the_binding_and_no_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("db"), 8 << 20).unwrap();
+        let s = ChannelStore::open(store).unwrap();
+        let mut w = Write::default();
+        for name in ["tg", "tg2"] {
+            w.binding(&BindingRecord {
+                name: name.into(),
+                kind: BindingKind::Inbox { dir: "/x".into() },
+                created_ms: 1,
+                auth_failed: None,
+                paused_until_ms: None,
+            });
+        }
+        w.inbound(&inbound(1, TurnState::Queued, 1))
+            .allow("tg", "42")
+            .pairing(&PairingRecord {
+                code: "ABC".into(),
+                binding: "tg".into(),
+                user: "7".into(),
+                user_name: "x".into(),
+                chat: "c".into(),
+                created_ms: 1,
+            });
+        s.apply(&w).unwrap();
+        s.remove_binding("tg").unwrap();
+        assert_eq!(s.bindings().unwrap().len(), 1);
+        assert!(s.inbound("tg").unwrap().is_empty());
+        assert!(!s.allowed("tg", "42").unwrap());
+        assert!(s.pairings().unwrap().is_empty());
+        assert!(!s.seen_update("tg", "u1").unwrap());
+        // "tg2" shares the prefix "tg" but not the key: it stays.
+        assert!(s.binding("tg2").unwrap().is_some());
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let k = BindingKind::Telegram {
+            token: "123:secret-token".into(),
+            api_base: None,
+        };
+        assert!(!format!("{k:?}").contains("secret-token"));
     }
 }
