@@ -218,6 +218,15 @@ fn a_stranger_gets_one_pairing_code_and_no_turn_until_admitted() {
     let sessions = chat_sessions(&r.env, EVE);
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(prompts(&r.env, &sessions[0].1), ["now?"]);
+    let all: Value = serde_json::from_str(&ok(&r.env, &["session_list", "--json"])).unwrap();
+    for s in all.as_array().unwrap() {
+        let said = prompts(&r.env, s["id"].as_str().unwrap());
+        assert!(
+            !said.iter().any(|p| p == "let me in" || p == "hello??"),
+            "a stranger's message is in session {}: {said:?}",
+            s["name"]
+        );
+    }
     assert_eq!(r.llm.request_count(), 2);
 }
 
@@ -492,6 +501,11 @@ fn a_held_turn_in_one_chat_does_not_delay_another_and_its_chat_waits() {
     let _daemon = r.start_bound();
     r.say("a-one");
     r.llm.wait_requests(1, DEADLINE);
+    // While the turn runs, the user sees "typing…".
+    r.tg.wait("typing in chat A", DEADLINE, |t| {
+        t.actions()
+            .contains(&(ANN.to_string(), "typing".to_string()))
+    });
     r.tg.push_message(BOB, BOB, "bob", "b-one");
     assert_eq!(r.wait_texts(BOB, 1), ["b1"]);
     r.say("a-two");
@@ -548,7 +562,9 @@ fn status_and_new_are_answered_without_the_model_and_channel_test_reports_the_id
         .next()
         .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("no message id in {said:?}"));
-    assert!(id > 0);
+    // The fake numbers pushed and sent messages alike: five of each came
+    // before, so the platform's id for the test message is the 11th.
+    assert_eq!(id, 11, "{said}");
     let texts = r.wait_texts(ANN, 6);
     assert!(texts[5].contains("test message"), "{texts:?}");
 }
