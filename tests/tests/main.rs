@@ -5,6 +5,7 @@ mod bad_input;
 mod channel_clients;
 mod channel_clients_wx;
 mod channels;
+mod channels_telegram;
 mod channels_wechat;
 mod cli;
 mod compaction;

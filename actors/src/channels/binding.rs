@@ -191,11 +191,17 @@ async fn poll_loop(a: &BindingArgs) -> String {
             }
             Ok(Err(e)) => e,
             Err(_) => {
+                // The rebuilt connection is the remedy: poll again at once
+                // (a stall is not the server refusing), so messages sent
+                // meanwhile wait one stall, not a stall and a backoff.
                 a.platform.reset();
-                PlatformError::Transient(format!(
+                let e = format!(
                     "no completed poll within {}s: rebuilt the connection",
                     limit.as_secs()
-                ))
+                );
+                tracing::warn!(binding = %a.name, "{e}");
+                set_status(&a.status, |s| s.last_error = Some(e));
+                continue;
             }
         };
         set_status(&a.status, |s| s.last_error = Some(err.to_string()));
@@ -324,13 +330,15 @@ async fn journal(
             state: TurnState::Queued,
         };
         w.inbound(&rec);
-        if let Some(token) = &u.context_token {
-            let mut chat: ChatRecord = a
-                .store
-                .chat(&a.name, &u.chat)
-                .map_err(|e| e.to_string())?
-                .unwrap_or_default();
-            chat.context_token = Some((token.clone(), now));
+        let known = a.store.chat(&a.name, &u.chat).map_err(|e| e.to_string())?;
+        if u.context_token.is_some() || known.as_ref().is_some_and(|c| c.closed) {
+            let mut chat: ChatRecord = known.unwrap_or_default();
+            // A message from a chat closed by a refused send shows it is
+            // open again (the user unblocked the bot): its reply must go.
+            chat.closed = false;
+            if let Some(token) = &u.context_token {
+                chat.context_token = Some((token.clone(), now));
+            }
             w.chat(&a.name, &u.chat, &chat);
         }
         routed.push((u.chat.clone(), rec.seq));
@@ -405,7 +413,13 @@ async fn send_loop(a: &BindingArgs) {
                 backoff = Duration::from_secs(1);
                 RESEND_EVERY
             }
-            Err(Some(d)) => d,
+            Err(Some(d)) => {
+                // The platform said when: a reply queued meanwhile must
+                // not wake the sender early (a wake-up during the sleep is
+                // kept, and taken after it).
+                tokio::time::sleep(d).await;
+                continue;
+            }
             Err(None) => {
                 let d = jittered(backoff);
                 backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -510,7 +524,14 @@ async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
                 return Err(Some(retry_after));
             }
             Err(PlatformError::ChatClosed(why)) => {
-                let mut c = chat.clone();
+                // Read again: the chat's worker may have changed it while
+                // the send was under way.
+                let mut c = a
+                    .store
+                    .chat(&a.name, &o.chat)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(chat);
                 c.closed = true;
                 let mut w = Write::default();
                 w.chat(&a.name, &o.chat, &c);

@@ -212,7 +212,8 @@ async fn turn(deps: &ChatDeps, chat: &str, seq: u64) -> Result<(), String> {
             };
             rec.last_user_ms = deps.clock.now_ms();
             let mut w = Write::default();
-            w.inbound(&msg).chat(&deps.binding, chat, &rec);
+            w.inbound(&msg)
+                .chat(&deps.binding, chat, &current(deps, chat, &rec));
             store.apply(&w).map_err(|e| e.to_string())?;
             store.synced().await?;
             crate::failpoint::reached("channel-turn-started");
@@ -363,6 +364,23 @@ async fn status_text(session: Option<&str>) -> String {
     )
 }
 
+/// The chat's record to write: what the worker owns (its session, its
+/// generation, when its user last wrote) from `rec`, the rest read again,
+/// since the poller (context token, reopening) and the outbox sender
+/// (closing) change it while a turn runs.
+fn current(deps: &ChatDeps, chat: &str, rec: &ChatRecord) -> ChatRecord {
+    let mut fresh = deps
+        .store
+        .chat(&deps.binding, chat)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    fresh.session = rec.session.clone();
+    fresh.generation = rec.generation;
+    fresh.last_user_ms = rec.last_user_ms;
+    fresh
+}
+
 /// The turn's end and its reply chunks, in one durable write; then the
 /// outbox sender is woken.
 async fn finish(
@@ -377,7 +395,8 @@ async fn finish(
     let now = deps.clock.now_ms();
     let mut seq = deps.out_seq.lock().await;
     let mut w = Write::default();
-    w.inbound(msg).chat(&deps.binding, chat, rec);
+    w.inbound(msg)
+        .chat(&deps.binding, chat, &current(deps, chat, rec));
     let n = chunks.len();
     for (i, text) in chunks.into_iter().enumerate() {
         *seq += 1;
