@@ -408,3 +408,16 @@ fn an_agent_pushes_to_a_binding_with_channel_send() {
     let text = third.to_string();
     assert!(text.contains("no channel binding `nowhere`"), "{text}");
 }
+
+#[test]
+fn a_failed_turn_is_told_to_the_user_and_the_next_message_is_answered() {
+    let fake = FakeLlm::start(vec![Reply::status(400, None), Reply::text("recovered")]);
+    let env = env_with(&fake);
+    let _daemon = env.start();
+    let dir = inbox(&env);
+    drop_message(&dir, "1", "first");
+    let said = reply(&dir, "1");
+    assert!(said.starts_with("(The agent could not answer:"), "{said}");
+    drop_message(&dir, "2", "second");
+    assert_eq!(reply(&dir, "2"), "recovered");
+}

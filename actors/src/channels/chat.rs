@@ -220,13 +220,16 @@ async fn turn(deps: &ChatDeps, chat: &str, seq: u64) -> Result<(), String> {
             (view.messages, false)
         }
     };
-    let reply = match answered(&id, base, &msg.text).await? {
+    let reply = match answered(&id, base).await? {
         Some(text) => text,
         None => {
-            run_once(deps, chat, &session, &id, &msg.text, resume).await?;
-            answered(&id, base, &msg.text)
-                .await?
-                .unwrap_or_else(|| "(the agent ended its turn without a reply)".to_string())
+            let ended = run_once(deps, chat, &session, &id, &msg.text, resume).await?;
+            match (answered(&id, base).await?, ended) {
+                (Some(text), _) => text,
+                // Said to the user: a turn that failed is not silence.
+                (None, Some(why)) => format!("(The agent could not answer: {why})"),
+                (None, None) => "(The agent ended its turn without a reply.)".to_string(),
+            }
         }
     };
     crate::failpoint::reached("channel-turn-answered");
@@ -242,7 +245,7 @@ async fn run_once(
     id: &str,
     text: &str,
     once: bool,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let mut sub = loop {
         let answer = session
             .call(
@@ -274,7 +277,9 @@ async fn run_once(
                 let _ = tokio::time::timeout(Duration::from_secs(10), deps.platform.typing(chat)).await;
             }
             event = sub.rx.recv() => match event {
-                Ok((_, SessionEvent::Done { .. } | SessionEvent::Cancelled { .. } | SessionEvent::Error { .. })) => return Ok(()),
+                Ok((_, SessionEvent::Done { .. })) => return Ok(None),
+                Ok((_, SessionEvent::Cancelled { .. })) => return Ok(Some("the run was cancelled".into())),
+                Ok((_, SessionEvent::Error { message })) => return Ok(Some(message)),
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                     return Err(format!("session {id} stopped before its run ended"));
@@ -284,34 +289,26 @@ async fn run_once(
     }
 }
 
-/// The session's answer to `text` stored at or after `base`: the text of
-/// the first assistant message after it without tool calls. `None` while
-/// it has none (not sent yet, or cut short).
-async fn answered(id: &str, base: u64, text: &str) -> Result<Option<String>, String> {
+/// The session's answer to this turn (see [`answer_in`]); `None` while it
+/// has none (not sent yet, or cut short).
+async fn answered(id: &str, base: u64) -> Result<Option<String>, String> {
     let m = manager()?;
     let (_, messages, _, _) = ask(&m, |reply| ManagerMsg::History {
         id: id.to_string(),
         reply,
     })
     .await?;
-    Ok(answer_in(&messages, base, text))
+    Ok(answer_in(&messages, base))
 }
 
-fn is_prompt(m: &MessageView, text: &str) -> bool {
-    m.role == "user" && matches!(m.blocks.as_slice(), [BlockView::Text { text: t }] if t == text)
-}
-
-fn answer_in(messages: &[MessageView], base: u64, text: &str) -> Option<String> {
-    let pos = messages
-        .iter()
-        .position(|m| m.idx >= base && is_prompt(m, text))?;
-    let mut last_error = None;
-    for m in &messages[pos + 1..] {
+/// The first assistant message without tool calls stored at or after
+/// `base` (the session's length when this turn began): the chat's worker
+/// is the one sender of its session's turns, so that is this turn's
+/// answer, wherever the session put the prompt (an unanswered prompt
+/// before it absorbs the next one).
+fn answer_in(messages: &[MessageView], base: u64) -> Option<String> {
+    for m in messages.iter().filter(|m| m.idx >= base) {
         if m.role == "user" {
-            // Tool results, or an error note the session stored.
-            if let [BlockView::Text { text }] = m.blocks.as_slice() {
-                last_error = Some(text.clone());
-            }
             continue;
         }
         if m.blocks
@@ -331,7 +328,6 @@ fn answer_in(messages: &[MessageView], base: u64, text: &str) -> Option<String> 
             .join("");
         return Some(answer);
     }
-    let _ = last_error;
     None
 }
 
@@ -503,11 +499,18 @@ mod tests {
             m(5, "assistant", vec![t("new answer")]),
         ];
         // The same words sent twice: the base tells them apart.
-        assert_eq!(answer_in(&ms, 0, "hi").as_deref(), Some("old answer"));
-        assert_eq!(answer_in(&ms, 2, "hi").as_deref(), Some("new answer"));
+        assert_eq!(answer_in(&ms, 0).as_deref(), Some("old answer"));
+        assert_eq!(answer_in(&ms, 2).as_deref(), Some("new answer"));
         // Cut short after a tool call: not answered.
-        assert_eq!(answer_in(&ms[..5], 2, "hi"), None);
+        assert_eq!(answer_in(&ms[..5], 2), None);
         // Not stored yet.
-        assert_eq!(answer_in(&ms, 6, "hi"), None);
+        assert_eq!(answer_in(&ms, 6), None);
+        // A prompt the session folded into an earlier unanswered one: the
+        // answer after the base is still this turn's.
+        let folded = vec![
+            m(0, "user", vec![t("failed turn\nnext message")]),
+            m(1, "assistant", vec![t("answer to both")]),
+        ];
+        assert_eq!(answer_in(&folded, 1).as_deref(), Some("answer to both"));
     }
 }
