@@ -10,6 +10,7 @@
 //! cargo run --release -p flyto-tests --bin flyto-bench -- sessions
 //! cargo run --release -p flyto-tests --bin flyto-bench -- compaction
 //! cargo run --release -p flyto-tests --bin flyto-bench -- knowledge
+//! cargo run --release -p flyto-tests --bin flyto-bench -- channels
 //! ```
 
 // Bench code: a panic is how a setup step fails, with its message.
@@ -28,6 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+#[path = "../bench/channels.rs"]
+mod channels;
 #[path = "../bench/compaction.rs"]
 mod compaction;
 #[path = "../bench/jobs.rs"]
@@ -51,7 +54,7 @@ const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: r
     about = "Control-plane, session and compaction benchmarks of flytod, each next to a baseline measured in the same run.",
     after_help = "Needs the release flytod and flytoctl next to this binary: run \
 `cargo build --release --workspace --bins` first, then \
-`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, `knowledge`, or `all`).\n\
+`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, `knowledge`, `jobs`, `channels`, or `all`).\n\
 Prints figures, baselines and ratios to the targets (one grep-able line each); \
 asserts nothing. Exit 0, or 1 if setup fails."
 )]
@@ -111,6 +114,12 @@ struct Cli {
     /// knowledge: skills in the user source for the discovery figures.
     #[arg(long, global = true, default_value_t = 500)]
     skills: usize,
+    /// channels: messages through each platform (inbox, Telegram).
+    #[arg(long, global = true, default_value_t = 200)]
+    messages: usize,
+    /// channels: Telegram chats the messages are spread over.
+    #[arg(long, global = true, default_value_t = 10)]
+    chats: usize,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -136,7 +145,13 @@ enum Bench {
     /// due against a sleeping timer, CPU per fire and fire lateness with
     /// 50 jobs firing every second, job_list time.
     Jobs,
-    /// Every benchmark: control-plane, sessions, compaction, knowledge, then jobs.
+    /// Chat channels in a real flytod: inbound messages per second and
+    /// latency to the turn's start through the inbox folder (one file at a
+    /// time) and the fake Telegram server (200 over 10 chats), each against
+    /// a bare loop doing the same reads in the same run.
+    Channels,
+    /// Every benchmark: control-plane, sessions, compaction, knowledge,
+    /// jobs, then channels.
     All,
     /// Only the plan_status latency part of control-plane.
     PlanStatus,
@@ -173,12 +188,14 @@ fn main() -> std::process::ExitCode {
         Bench::Knowledge => knowledge::run(&knowledge_args(&cli)),
         Bench::Jobs => check_binaries().and_then(|()| jobs::run()),
         Bench::JobSleeper => jobs::sleeper(),
+        Bench::Channels => check_binaries().and_then(|()| channels::run(&channels_args(&cli))),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
             .and_then(|()| sessions::run(&sessions_args(&cli)))
             .and_then(|()| compaction::run(&compaction_args(&cli)))
             .and_then(|()| knowledge::run(&knowledge_args(&cli)))
-            .and_then(|()| jobs::run()),
+            .and_then(|()| jobs::run())
+            .and_then(|()| channels::run(&channels_args(&cli))),
         Bench::PlanStatus => check_binaries().and_then(|()| {
             machine();
             plan_status_latency(&cli).map(|f| print_figures(&f))
@@ -223,6 +240,13 @@ fn knowledge_args(cli: &Cli) -> knowledge::Args {
         entries: cli.entries,
         queries: cli.queries,
         skills: cli.skills,
+    }
+}
+
+fn channels_args(cli: &Cli) -> channels::Args {
+    channels::Args {
+        messages: cli.messages,
+        chats: cli.chats,
     }
 }
 
