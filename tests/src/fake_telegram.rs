@@ -75,6 +75,8 @@ struct State {
     /// `drop_pending_updates` of each `deleteWebhook` call.
     webhook_deletes: Vec<bool>,
     calls: HashMap<String, usize>,
+    /// The `offset` of every `getUpdates`, in order (`None`: none sent).
+    offsets: Vec<Option<i64>>,
     /// Bumped on every change, so a waiter misses none.
     generation: u64,
 }
@@ -226,6 +228,11 @@ impl FakeTelegram {
         self.shared.lock().calls.get(method).copied().unwrap_or(0)
     }
 
+    /// The `offset` each `getUpdates` carried, in order.
+    pub fn offsets(&self) -> Vec<Option<i64>> {
+        self.shared.lock().offsets.clone()
+    }
+
     /// Updates still queued (not yet forgotten by an offset).
     pub fn pending(&self) -> usize {
         self.shared.lock().updates.len()
@@ -346,6 +353,7 @@ fn serve(mut conn: TcpStream, shared: &Shared) {
                 let d = "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first";
                 return answer(&mut conn, 409, &error_body(409, d, None));
             }
+            state.offsets.push(params["offset"].as_i64());
             if let Some(offset) = params["offset"].as_i64() {
                 state
                     .updates

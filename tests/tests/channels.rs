@@ -421,3 +421,31 @@ fn a_failed_turn_is_told_to_the_user_and_the_next_message_is_answered() {
     drop_message(&dir, "2", "second");
     assert_eq!(reply(&dir, "2"), "recovered");
 }
+
+#[test]
+fn after_a_long_silence_the_model_starts_from_the_new_message() {
+    let fake = FakeLlm::start(vec![Reply::text("one"), Reply::text("two")]);
+    let env = TestEnv::new(&format!(
+        "{}\n[channels]\npoll_timeout = \"1s\"\nsession_gap_hours = 1\n",
+        fake.config()
+    ));
+    let daemon = env.start();
+    let dir = inbox(&env);
+    drop_message(&dir, "1", "an old topic");
+    assert_eq!(reply(&dir, "1"), "one");
+    daemon.kill9();
+    let later = (2 * 3_600_000).to_string();
+    let _daemon = env
+        .try_start(&[("FLYTO_CLOCK_OFFSET_MS", later.as_str())])
+        .unwrap();
+    drop_message(&dir, "2", "a new topic");
+    assert_eq!(reply(&dir, "2"), "two");
+    let seen = fake.requests()[1].to_string();
+    assert!(seen.contains("a new topic"), "{seen}");
+    assert!(
+        !seen.contains("an old topic"),
+        "the old turn is still in the window: {seen}"
+    );
+    // The history keeps both.
+    assert_eq!(prompts(&env), ["an old topic", "a new topic"]);
+}

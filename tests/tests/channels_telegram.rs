@@ -610,3 +610,30 @@ fn the_bot_token_is_in_no_log_listing_error_or_transcript() {
         no_secret("a model request", &req.to_string());
     }
 }
+
+#[test]
+fn an_offset_unused_for_over_a_week_is_not_reused() {
+    let r = rig(vec![Reply::text("first"), Reply::text("a week later")], "");
+    let daemon = r.start_bound();
+    r.say("hello");
+    assert_eq!(r.wait_texts(ANN, 1), ["first"]);
+    // The journaled offset is in use while flytod polls.
+    r.tg.wait("a poll with the offset", DEADLINE, |t| {
+        t.offsets().last().is_some_and(Option::is_some)
+    });
+    daemon.kill9();
+    // Eight days later (Telegram may have restarted its update ids): the
+    // first poll carries no offset, and messages still flow.
+    let polls = r.tg.offsets().len();
+    let later = (8 * 86_400_000_i64).to_string();
+    let _daemon = r
+        .env
+        .try_start(&[("FLYTO_CLOCK_OFFSET_MS", later.as_str())])
+        .unwrap();
+    r.tg.wait("a poll after the restart", DEADLINE, |t| {
+        t.offsets().len() > polls
+    });
+    assert_eq!(r.tg.offsets()[polls], None, "{:?}", r.tg.offsets());
+    r.say("are you there?");
+    assert_eq!(r.wait_texts(ANN, 2), ["first", "a week later"]);
+}
