@@ -637,3 +637,40 @@ fn an_offset_unused_for_over_a_week_is_not_reused() {
     r.say("are you there?");
     assert_eq!(r.wait_texts(ANN, 2), ["first", "a week later"]);
 }
+
+#[test]
+fn a_group_that_became_a_supergroup_keeps_its_session() {
+    let r = rig(
+        vec![
+            Reply::text("in the group"),
+            Reply::text("in the supergroup"),
+        ],
+        "",
+    );
+    let _daemon = r.start_bound();
+    let (group, supergroup) = (-100_i64, -1_000_000_100_i64);
+    r.tg.push_message(group, ANN, "ann", "remember me");
+    r.tg.wait("the group's answer", DEADLINE, |t| {
+        t.sent().iter().any(|m| m.chat_id == group.to_string())
+    });
+    r.tg.push_update(|update_id, message_id| {
+        serde_json::json!({"update_id": update_id, "message": {
+            "message_id": message_id, "date": 0,
+            "chat": {"id": group, "type": "group"},
+            "from": {"id": ANN, "is_bot": false, "first_name": "ann"},
+            "migrate_to_chat_id": supergroup,
+        }})
+    });
+    r.tg.push_message(supergroup, ANN, "ann", "still me?");
+    r.tg.wait("the supergroup's answer", DEADLINE, |t| {
+        t.sent().iter().any(|m| m.chat_id == supergroup.to_string())
+    });
+    // One session across the move: its history has both messages.
+    let sessions = chat_sessions(&r.env, group);
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(
+        prompts(&r.env, &sessions[0].1),
+        ["remember me", "still me?"]
+    );
+    assert!(chat_sessions(&r.env, supergroup).is_empty());
+}
