@@ -291,10 +291,27 @@ async fn run_once(
 
 /// The session's answer to this turn (see [`answer_in`]); `None` while it
 /// has none (not sent yet, or cut short).
+/// Reads only the messages from `base` on: a chat's session grows for
+/// months, a turn must not load all of it.
 async fn answered(id: &str, base: u64) -> Result<Option<String>, String> {
-    let m = manager()?;
-    let (_, messages, _, _) = ask(&m, |reply| ManagerMsg::History {
-        id: id.to_string(),
+    let session = session_actor(id).await?;
+    let view = match session
+        .call(
+            |reply| SessionMsg::View { reply },
+            Some(Duration::from_secs(60)),
+        )
+        .await
+    {
+        Ok(CallResult::Success(v)) => v,
+        _ => return Err(format!("session {id} did not answer")),
+    };
+    let recent = view.messages.saturating_sub(base);
+    if recent == 0 {
+        return Ok(None);
+    }
+    let (_, messages, _) = ask(&session, |reply| SessionMsg::Attach {
+        recent,
+        can_approve: false,
         reply,
     })
     .await?;
