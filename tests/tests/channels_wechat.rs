@@ -275,3 +275,49 @@ fn a_jobs_result_reaches_wecom_once() {
     assert!(text.contains("weekly-report"), "{}", sent[0].body);
     assert!(!daemon.log().contains("secret-abcdefgh"));
 }
+
+#[test]
+fn an_expired_qr_code_is_renewed_and_the_new_one_binds() {
+    let ilink = FakeIlink::start(TOKEN);
+    let fake = FakeLlm::start(vec![]);
+    let env = TestEnv::new(&config(&fake, ""));
+    let _daemon = env.start();
+    let bind = env
+        .command(&flyto_tests::bin("flytoctl"))
+        .args(["channel_bind", "wechat", "--base-url", &ilink.base_url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let codes = |ilink: &FakeIlink| {
+        ilink
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("get_bot_qrcode"))
+            .count()
+    };
+    wait_until("the first code polled", DEADLINE, || {
+        ilink
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("get_qrcode_status"))
+            .then_some(())
+    });
+    ilink.expire_qr();
+    wait_until("a second code", DEADLINE, || {
+        (codes(&ilink) >= 2).then_some(())
+    });
+    ilink.confirm_qr();
+    let out = bind.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("The code expired; scan this one"),
+        "{stdout}"
+    );
+    assert_eq!(list(&env)["channels"][0]["name"], "wechat");
+}
