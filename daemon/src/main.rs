@@ -72,12 +72,26 @@ enum Command {
     /// or plans.default_workdir does not exist. Warns about api_key_env
     /// variables that are not set.
     CheckConfig,
+    /// Apply the shared PostgreSQL store's schema migrations and exit.
+    /// Two nodes migrating at once apply each migration once; a schema
+    /// newer than this flytod is refused.
+    Migrate {
+        /// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE
+        #[arg(
+            long,
+            env = "FLYTO_DATABASE_URL",
+            value_name = "URL",
+            hide_env_values = true
+        )]
+        database_url: String,
+    },
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::CheckConfig) => check_config(&cli),
+        Some(Command::Migrate { ref database_url }) => migrate(database_url),
         None => run(&cli),
     };
     match result {
@@ -87,6 +101,30 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn migrate(url: &str) -> anyhow::Result<()> {
+    use flyto_actors::store::postgres::{Shared, migrate};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let shared = Shared::connect(url, "flytod migrate").await?;
+        let done = migrate(&shared).await?;
+        if done.applied.is_empty() {
+            println!(
+                "{}: the schema is at version {}; nothing to apply",
+                shared.target, done.version
+            );
+        } else {
+            println!(
+                "{}: applied migration(s) {:?}; the schema is at version {}",
+                shared.target, done.applied, done.version
+            );
+        }
+        Ok::<(), anyhow::Error>(())
+    })
 }
 
 fn check_config(cli: &Cli) -> anyhow::Result<()> {

@@ -1,0 +1,258 @@
+//! Step claims across daemons: a short transaction takes up to N ready
+//! steps with `FOR UPDATE SKIP LOCKED`, gives each a fresh fencing token
+//! from a sequence and a lease (the database's clock), and records the
+//! attempt. No row lock outlives that transaction. Every later write of
+//! the attempt (heartbeat, output, completion) presents its token and
+//! changes nothing when the lease was lost. Expired leases are swept by
+//! whichever node wins a transaction-scoped advisory lock: no leader.
+
+use super::{PgError, Shared};
+use std::time::Duration;
+
+/// How long a claim or heartbeat holds a step.
+pub const LEASE: Duration = Duration::from_secs(45);
+/// How often a node renews its leases.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+/// A node that could not heartbeat for this long kills its own work, well
+/// before its leases expire and another node may take the steps.
+pub const SELF_FENCE_AFTER: Duration = Duration::from_secs(30);
+
+const SWEEP_LOCK: i64 = 0x666c_7974_6f5f_7377;
+
+/// One claimed step: run it, then report under `token`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub plan: i64,
+    pub step: String,
+    pub token: i64,
+    /// 1 for the first attempt.
+    pub attempt: i32,
+}
+
+/// A step as the claim table holds it (for seeding plans' steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRow {
+    pub plan: i64,
+    pub step: String,
+    pub max_attempts: i32,
+    pub retry_on_lease_loss: bool,
+}
+
+fn lease_secs() -> f64 {
+    LEASE.as_secs_f64()
+}
+
+/// Announces a node (or renews its row after a restart of the same id).
+pub async fn register_node(
+    shared: &Shared,
+    node: &str,
+    host: &str,
+    pid: i32,
+) -> Result<(), PgError> {
+    let c = shared.client().await?;
+    c.execute(
+        "INSERT INTO flyto_nodes (id, host, pid) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+        &[&node, &host, &pid],
+    )
+    .await
+    .map_err(shared.query_err("registering the node"))?;
+    Ok(())
+}
+
+/// Steps ready to be claimed.
+pub async fn add_ready_steps(shared: &Shared, steps: &[StepRow]) -> Result<(), PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("adding steps");
+    let tx = c.transaction().await.map_err(&err)?;
+    let insert = tx
+        .prepare(
+            "INSERT INTO flyto_steps (plan, step, state, max_attempts, retry_on_lease_loss)
+             VALUES ($1, $2, 'ready', $3, $4)",
+        )
+        .await
+        .map_err(&err)?;
+    for s in steps {
+        tx.execute(
+            &insert,
+            &[&s.plan, &s.step, &s.max_attempts, &s.retry_on_lease_loss],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)
+}
+
+/// Claims up to `max` ready steps for `node`, oldest plan first.
+pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("claiming steps");
+    let tx = c.transaction().await.map_err(&err)?;
+    let rows = tx
+        .query(
+            "WITH picked AS (
+                 SELECT plan, step FROM flyto_steps
+                 WHERE state = 'ready'
+                 ORDER BY plan, step
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED
+             )
+             UPDATE flyto_steps s
+             SET state = 'running', lease_node = $1, lease_token = nextval('flyto_fencing'),
+                 lease_until = now() + make_interval(secs => $3), attempts = s.attempts + 1
+             FROM picked
+             WHERE s.plan = picked.plan AND s.step = picked.step
+             RETURNING s.plan, s.step, s.lease_token, s.attempts",
+            &[&node, &max, &lease_secs()],
+        )
+        .await
+        .map_err(&err)?;
+    let claims: Vec<Claim> = rows
+        .iter()
+        .map(|r| Claim {
+            plan: r.get(0),
+            step: r.get(1),
+            token: r.get(2),
+            attempt: r.get(3),
+        })
+        .collect();
+    if !claims.is_empty() {
+        let tokens: Vec<i64> = claims.iter().map(|c| c.token).collect();
+        // The attempt is on record before the step starts.
+        tx.execute(
+            "INSERT INTO flyto_attempts (token, plan, step, node)
+             SELECT lease_token, plan, step, $2 FROM flyto_steps WHERE lease_token = ANY($1)",
+            &[&tokens, &node],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(claims)
+}
+
+/// Renews the leases of `tokens` held by `node`; answers the tokens still
+/// held (a missing one was lost: its step must stop here).
+pub async fn heartbeat(shared: &Shared, node: &str, tokens: &[i64]) -> Result<Vec<i64>, PgError> {
+    let c = shared.client().await?;
+    let err = shared.query_err("renewing leases");
+    c.execute(
+        "UPDATE flyto_nodes SET heartbeat_at = now() WHERE id = $1",
+        &[&node],
+    )
+    .await
+    .map_err(&err)?;
+    let rows = c
+        .query(
+            "UPDATE flyto_steps SET lease_until = now() + make_interval(secs => $3)
+             WHERE state = 'running' AND lease_node = $1 AND lease_token = ANY($2)
+             RETURNING lease_token",
+            &[&node, &tokens, &lease_secs()],
+        )
+        .await
+        .map_err(&err)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Stores output of the attempt `token`; `false` when its lease was lost.
+pub async fn write_output(shared: &Shared, token: i64, output: &str) -> Result<bool, PgError> {
+    let c = shared.client().await?;
+    let n = c
+        .execute(
+            "UPDATE flyto_steps SET output = $2 WHERE lease_token = $1 AND state = 'running'",
+            &[&token, &output],
+        )
+        .await
+        .map_err(shared.query_err("storing a step's output"))?;
+    Ok(n == 1)
+}
+
+/// Ends the attempt `token`: `Ok(false)` when it no longer holds its step
+/// (the lease was lost and the step rescued): nothing changes then.
+pub async fn complete(
+    shared: &Shared,
+    token: i64,
+    succeeded: bool,
+    error: Option<&str>,
+) -> Result<bool, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("completing a step");
+    let tx = c.transaction().await.map_err(&err)?;
+    let state = if succeeded { "succeeded" } else { "failed" };
+    let n = tx
+        .execute(
+            "UPDATE flyto_steps SET state = $2, error = $3, lease_token = NULL, lease_node = NULL,
+                 lease_until = NULL
+             WHERE lease_token = $1 AND state = 'running'",
+            &[&token, &state, &error],
+        )
+        .await
+        .map_err(&err)?;
+    if n == 1 {
+        let outcome = match error {
+            Some(e) if !succeeded => format!("failed: {e}"),
+            _ => state.to_string(),
+        };
+        tx.execute(
+            "UPDATE flyto_attempts SET finished_at = now(), outcome = $2 WHERE token = $1",
+            &[&token, &outcome],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(n == 1)
+}
+
+/// Rescues steps whose lease expired: back to `ready` when the step may
+/// run again (`retry_on_lease_loss` and attempts left), else `failed` with
+/// `lease lost`. Only the node that wins the advisory lock sweeps; the
+/// others answer `None` at once.
+pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("sweeping expired leases");
+    let tx = c.transaction().await.map_err(&err)?;
+    let won: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+        .await
+        .map_err(&err)?
+        .get(0);
+    if !won {
+        return Ok(None);
+    }
+    let rows = tx
+        .query(
+            "WITH expired AS (
+                 SELECT plan, step, lease_token FROM flyto_steps
+                 WHERE state = 'running' AND lease_until < now()
+                 FOR UPDATE
+             )
+             UPDATE flyto_steps s
+             SET state = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
+                              THEN 'ready' ELSE 'failed' END,
+                 error = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
+                              THEN NULL ELSE 'lease lost' END,
+                 lease_token = NULL, lease_node = NULL, lease_until = NULL
+             FROM expired
+             WHERE s.plan = expired.plan AND s.step = expired.step
+             RETURNING s.plan, s.step, expired.lease_token",
+            &[],
+        )
+        .await
+        .map_err(&err)?;
+    let rescued: Vec<(i64, String, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    if !rescued.is_empty() {
+        let tokens: Vec<i64> = rescued.iter().map(|(_, _, t)| *t).collect();
+        tx.execute(
+            "UPDATE flyto_attempts SET finished_at = now(), outcome = 'lease lost' WHERE token = ANY($1)",
+            &[&tokens],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(Some(rescued))
+}

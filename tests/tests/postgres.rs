@@ -1,0 +1,332 @@
+//! The shared store's foundations against a real PostgreSQL (started by
+//! the tests): migrations applied once however many nodes start at once,
+//! a newer schema refused, connection errors that name the host, port and
+//! user and never the password, 32 concurrent claimers over 10,000 steps
+//! giving each step exactly one attempt, stale fencing tokens changing
+//! nothing, expired leases swept by one node, and three nodes racing one
+//! cron instant with one winner.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_actors::store::postgres::claims::{self, StepRow};
+use flyto_actors::store::postgres::{LATEST, PgError, Shared, fires, migrate};
+use flyto_tests::pg::TestPostgres;
+use std::collections::HashSet;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A fresh, migrated database of `pg`.
+async fn fresh(pg: &TestPostgres, name: &str) -> Shared {
+    pg.create_database(name);
+    let shared = Shared::connect(&pg.url_for(name), "test").await.unwrap();
+    migrate(&shared).await.unwrap();
+    shared
+}
+
+async fn count(shared: &Shared, sql: &str) -> i64 {
+    shared.client().await.unwrap().query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[test]
+fn nodes_migrating_at_once_apply_each_migration_once() {
+    let pg = TestPostgres::start();
+    pg.create_database("m");
+    let url = pg.url_for("m");
+    runtime().block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let url = url.clone();
+            tasks.push(tokio::spawn(async move {
+                let shared = Shared::connect(&url, &format!("node-{i}")).await.unwrap();
+                migrate(&shared).await.unwrap()
+            }));
+        }
+        let mut applied = Vec::new();
+        for t in tasks {
+            let done = t.await.unwrap();
+            assert_eq!(done.version, LATEST);
+            applied.extend(done.applied);
+        }
+        let expected: Vec<i32> = (1..=LATEST).collect();
+        assert_eq!(applied, expected, "a migration was applied twice or not at all");
+        let shared = Shared::connect(&url, "check").await.unwrap();
+        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_schema").await, LATEST as i64);
+    });
+}
+
+#[test]
+fn a_schema_newer_than_the_binary_is_refused_naming_both_versions() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "n").await;
+        shared
+            .client()
+            .await
+            .unwrap()
+            .execute("INSERT INTO flyto_schema (version) VALUES (999)", &[])
+            .await
+            .unwrap();
+        let e = migrate(&shared).await.unwrap_err();
+        assert!(matches!(e, PgError::SchemaNewer { found: 999, .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("999") && text.contains(&LATEST.to_string()), "{text}");
+        assert!(text.contains("upgrade flytod"), "{text}");
+    });
+}
+
+#[test]
+fn connection_errors_name_host_port_and_user_and_never_the_password() {
+    let pg = TestPostgres::start();
+    pg.add_password_user("alice", "s3cret-pw");
+    let port = pg.port();
+    runtime().block_on(async {
+        // Nothing listens there.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = free.local_addr().unwrap().port();
+        drop(free);
+        let e = Shared::connect(&format!("postgres://alice:s3cret-pw@127.0.0.1:{dead}/postgres"), "t")
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(&format!("127.0.0.1:{dead}")) && e.contains("alice"), "{e}");
+        assert!(e.to_lowercase().contains("refused"), "{e}");
+        assert!(!e.contains("s3cret-pw"), "{e}");
+        // The wrong password.
+        let e = Shared::connect(&format!("postgres://alice:wrong-pw@127.0.0.1:{port}/postgres"), "t")
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("password authentication failed") && e.contains("alice"), "{e}");
+        assert!(!e.contains("wrong-pw"), "{e}");
+        // The right one works.
+        Shared::connect(&format!("postgres://alice:s3cret-pw@127.0.0.1:{port}/postgres"), "t")
+            .await
+            .unwrap();
+        // Not a URL at all.
+        let e = Shared::connect("postgres://u:pw@127.0.0.1:notaport/db", "t")
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not valid") && !e.contains(":pw@"), "{e}");
+    });
+}
+
+#[test]
+fn thirty_two_claimers_over_ten_thousand_steps_give_each_step_one_attempt() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "c").await;
+        let steps: Vec<StepRow> = (0..10_000)
+            .map(|i| StepRow {
+                plan: i / 4,
+                step: format!("s{}", i % 4),
+                max_attempts: 1,
+                retry_on_lease_loss: false,
+            })
+            .collect();
+        claims::add_ready_steps(&shared, &steps).await.unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..32 {
+            let shared = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                let node = format!("node-{n}");
+                let mut done = Vec::new();
+                loop {
+                    let got = claims::claim(&shared, &node, 16).await.unwrap();
+                    if got.is_empty() {
+                        break;
+                    }
+                    for c in got {
+                        assert!(claims::complete(&shared, c.token, true, None).await.unwrap());
+                        done.push((c.plan, c.step));
+                    }
+                }
+                done
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        let unique: HashSet<_> = all.iter().cloned().collect();
+        assert_eq!(all.len(), 10_000, "a step ran twice or not at all");
+        assert_eq!(unique.len(), 10_000);
+        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_attempts").await, 10_000);
+        assert_eq!(
+            count(&shared, "SELECT count(*) FROM flyto_steps WHERE state = 'succeeded'").await,
+            10_000
+        );
+    });
+}
+
+#[test]
+fn a_lost_lease_is_swept_once_and_its_stale_token_changes_nothing() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "l").await;
+        claims::add_ready_steps(
+            &shared,
+            &[StepRow {
+                plan: 1,
+                step: "a".into(),
+                max_attempts: 2,
+                retry_on_lease_loss: true,
+            }],
+        )
+        .await
+        .unwrap();
+        let first = claims::claim(&shared, "node-1", 8).await.unwrap();
+        assert_eq!(first.len(), 1);
+        let old = first[0].token;
+        // node-1 stops heartbeating; its lease runs out (by the database's clock).
+        shared
+            .client()
+            .await
+            .unwrap()
+            .execute("UPDATE flyto_steps SET lease_until = now() - interval '1 second'", &[])
+            .await
+            .unwrap();
+        // Two nodes sweep at once: one wins, the step is rescued once.
+        let (a, b) = tokio::join!(claims::sweep(&shared), claims::sweep(&shared));
+        let rescued: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().flatten().collect();
+        assert_eq!(rescued, [(1, "a".to_string(), old)]);
+        let second = claims::claim(&shared, "node-2", 8).await.unwrap();
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].attempt, 2);
+        let new = second[0].token;
+        assert!(new > old);
+        // node-1 wakes up: its heartbeat, output and completion are refused.
+        assert!(claims::heartbeat(&shared, "node-1", &[old]).await.unwrap().is_empty());
+        assert!(!claims::write_output(&shared, old, "stale").await.unwrap());
+        assert!(!claims::complete(&shared, old, true, None).await.unwrap());
+        // node-2's are not.
+        assert_eq!(claims::heartbeat(&shared, "node-2", &[new]).await.unwrap(), [new]);
+        assert!(claims::write_output(&shared, new, "fresh").await.unwrap());
+        assert!(claims::complete(&shared, new, true, None).await.unwrap());
+        let row = shared
+            .client()
+            .await
+            .unwrap()
+            .query_one("SELECT state, output FROM flyto_steps WHERE plan = 1", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "succeeded");
+        assert_eq!(row.get::<_, String>(1), "fresh");
+        let outcomes: Vec<String> = shared
+            .client()
+            .await
+            .unwrap()
+            .query("SELECT outcome FROM flyto_attempts ORDER BY token", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(outcomes, ["lease lost", "succeeded"]);
+    });
+}
+
+#[test]
+fn a_step_out_of_attempts_fails_with_lease_lost() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "f").await;
+        claims::add_ready_steps(
+            &shared,
+            &[StepRow {
+                plan: 1,
+                step: "a".into(),
+                max_attempts: 3,
+                retry_on_lease_loss: false,
+            }],
+        )
+        .await
+        .unwrap();
+        claims::claim(&shared, "node-1", 1).await.unwrap();
+        shared
+            .client()
+            .await
+            .unwrap()
+            .execute("UPDATE flyto_steps SET lease_until = now() - interval '1 second'", &[])
+            .await
+            .unwrap();
+        claims::sweep(&shared).await.unwrap();
+        let row = shared
+            .client()
+            .await
+            .unwrap()
+            .query_one("SELECT state, error FROM flyto_steps", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "failed");
+        assert_eq!(row.get::<_, String>(1), "lease lost");
+        assert!(claims::claim(&shared, "node-2", 1).await.unwrap().is_empty());
+    });
+}
+
+#[test]
+fn three_nodes_racing_one_cron_instant_record_one_fire() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "j").await;
+        for instant in 0..20_i64 {
+            let mut tasks = Vec::new();
+            for n in 0..3 {
+                let shared = shared.clone();
+                tasks.push(tokio::spawn(async move {
+                    fires::record_fire(&shared, 7, 1_800_000_000_000 + instant * 60_000, false, 0, &format!("node-{n}"))
+                        .await
+                        .unwrap()
+                }));
+            }
+            let mut winners = 0;
+            for t in tasks {
+                winners += usize::from(t.await.unwrap());
+            }
+            assert_eq!(winners, 1, "instant {instant}");
+        }
+        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_job_fires").await, 20);
+    });
+}
+
+#[test]
+fn flytod_migrate_applies_the_schema_once_and_says_so() {
+    let pg = TestPostgres::start();
+    pg.create_database("cli");
+    let url = pg.url_for("cli");
+    let run = |url: &str| {
+        let out = std::process::Command::new(flyto_tests::bin("flytod"))
+            .args(["migrate", "--database-url", url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, stderr) = run(&url);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("applied migration(s) [1]"), "{stdout}");
+    let (ok, stdout, _) = run(&url);
+    assert!(ok);
+    assert!(stdout.contains("nothing to apply"), "{stdout}");
+    // From the environment too, and a clear error for a dead server.
+    let out = std::process::Command::new(flyto_tests::bin("flytod"))
+        .arg("migrate")
+        .env("FLYTO_DATABASE_URL", "postgres://bob:hunter22@127.0.0.1:1/postgres")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("127.0.0.1:1") && stderr.contains("bob"), "{stderr}");
+    assert!(!stderr.contains("hunter22"), "{stderr}");
+}
