@@ -3,6 +3,8 @@
 //! terminating a node's sessions, and restart. No flytod here; these tests
 //! may touch only servers they start.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -178,22 +180,15 @@ fn restart_keeps_data_and_port() {
 fn drop_stops_the_server_and_removes_its_folder() {
     let pg = TestPostgres::start();
     let dir = pg.dir().to_path_buf();
-    let url = pg.url();
-    let psql = || pg_probe(&url);
+    // Built before the drop: the command owns everything it needs.
+    let mut probe = pg.psql();
+    probe.arg(pg.url()).args(["-c", "select 1"]);
     assert!(dir.join("postgres.log").exists());
     drop(pg);
     assert!(!dir.exists(), "{} is still there", dir.display());
+    let out = probe.output().expect("run psql");
     assert!(
-        !psql().status.success(),
-        "the server still answers after drop"
+        !out.status.success(),
+        "the server still answers after drop: {out:?}"
     );
-}
-
-/// `select 1` at `url` with a harness-less psql (the harness is gone).
-fn pg_probe(url: &str) -> Output {
-    std::process::Command::new("psql")
-        .args(["-X", "-w", "-c", "select 1", url])
-        .env_remove("PGPASSWORD")
-        .output()
-        .expect("run psql")
 }
