@@ -29,6 +29,7 @@ pub mod fake_ilink;
 pub mod fake_llm;
 pub mod fake_telegram;
 pub mod fake_wecom;
+pub mod pg;
 pub mod policy_cases;
 pub mod sessions_support;
 

@@ -16,6 +16,7 @@ mod guards;
 mod jobs;
 mod lifecycle;
 mod memory;
+mod pg_harness;
 mod plans;
 mod policy_check;
 mod providers;
