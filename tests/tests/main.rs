@@ -19,6 +19,7 @@ mod memory;
 mod pg_harness;
 mod plans;
 mod policy_check;
+mod postgres;
 mod providers;
 mod sandbox;
 mod schedule_tools;

@@ -29,7 +29,14 @@ async fn fresh(pg: &TestPostgres, name: &str) -> Shared {
 }
 
 async fn count(shared: &Shared, sql: &str) -> i64 {
-    shared.client().await.unwrap().query_one(sql, &[]).await.unwrap().get(0)
+    shared
+        .client()
+        .await
+        .unwrap()
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 #[test]
@@ -53,9 +60,15 @@ fn nodes_migrating_at_once_apply_each_migration_once() {
             applied.extend(done.applied);
         }
         let expected: Vec<i32> = (1..=LATEST).collect();
-        assert_eq!(applied, expected, "a migration was applied twice or not at all");
+        assert_eq!(
+            applied, expected,
+            "a migration was applied twice or not at all"
+        );
         let shared = Shared::connect(&url, "check").await.unwrap();
-        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_schema").await, LATEST as i64);
+        assert_eq!(
+            count(&shared, "SELECT count(*) FROM flyto_schema").await,
+            LATEST as i64
+        );
     });
 }
 
@@ -74,9 +87,17 @@ fn a_schema_newer_than_the_binary_is_refused_naming_both_versions() {
         let e = migrate(&shared).await.unwrap_err();
         assert!(matches!(e, PgError::SchemaNewer { found: 999, .. }), "{e}");
         let text = e.to_string();
-        assert!(text.contains("999") && text.contains(&LATEST.to_string()), "{text}");
+        assert!(
+            text.contains("999") && text.contains(&LATEST.to_string()),
+            "{text}"
+        );
         assert!(text.contains("upgrade flytod"), "{text}");
     });
+}
+
+/// The error text of connecting to `url`, which must fail.
+async fn refusal(url: &str) -> String {
+    Shared::connect(url, "t").await.err().unwrap().to_string()
 }
 
 #[test]
@@ -89,32 +110,35 @@ fn connection_errors_name_host_port_and_user_and_never_the_password() {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dead = free.local_addr().unwrap().port();
         drop(free);
-        let e = Shared::connect(&format!("postgres://alice:s3cret-pw@127.0.0.1:{dead}/postgres"), "t")
-            .await
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains(&format!("127.0.0.1:{dead}")) && e.contains("alice"), "{e}");
+        let e = refusal(&format!(
+            "postgres://alice:s3cret-pw@127.0.0.1:{dead}/postgres"
+        ))
+        .await;
+        assert!(
+            e.contains(&format!("127.0.0.1:{dead}")) && e.contains("alice"),
+            "{e}"
+        );
         assert!(e.to_lowercase().contains("refused"), "{e}");
         assert!(!e.contains("s3cret-pw"), "{e}");
         // The wrong password.
-        let e = Shared::connect(&format!("postgres://alice:wrong-pw@127.0.0.1:{port}/postgres"), "t")
-            .await
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("password authentication failed") && e.contains("alice"), "{e}");
+        let e = refusal(&format!(
+            "postgres://alice:wrong-pw@127.0.0.1:{port}/postgres"
+        ))
+        .await;
+        assert!(
+            e.contains("password authentication failed") && e.contains("alice"),
+            "{e}"
+        );
         assert!(!e.contains("wrong-pw"), "{e}");
         // The right one works.
-        Shared::connect(&format!("postgres://alice:s3cret-pw@127.0.0.1:{port}/postgres"), "t")
-            .await
-            .unwrap();
+        Shared::connect(
+            &format!("postgres://alice:s3cret-pw@127.0.0.1:{port}/postgres"),
+            "t",
+        )
+        .await
+        .unwrap();
         // Not a URL at all.
-        let e = Shared::connect("postgres://u:pw@127.0.0.1:notaport/db", "t")
-            .await
-            .err()
-            .unwrap()
-            .to_string();
+        let e = refusal("postgres://u:pw@127.0.0.1:notaport/db").await;
         assert!(e.contains("not valid") && !e.contains(":pw@"), "{e}");
     });
 }
@@ -145,7 +169,11 @@ fn thirty_two_claimers_over_ten_thousand_steps_give_each_step_one_attempt() {
                         break;
                     }
                     for c in got {
-                        assert!(claims::complete(&shared, c.token, true, None).await.unwrap());
+                        assert!(
+                            claims::complete(&shared, c.token, true, None)
+                                .await
+                                .unwrap()
+                        );
                         done.push((c.plan, c.step));
                     }
                 }
@@ -159,9 +187,16 @@ fn thirty_two_claimers_over_ten_thousand_steps_give_each_step_one_attempt() {
         let unique: HashSet<_> = all.iter().cloned().collect();
         assert_eq!(all.len(), 10_000, "a step ran twice or not at all");
         assert_eq!(unique.len(), 10_000);
-        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_attempts").await, 10_000);
         assert_eq!(
-            count(&shared, "SELECT count(*) FROM flyto_steps WHERE state = 'succeeded'").await,
+            count(&shared, "SELECT count(*) FROM flyto_attempts").await,
+            10_000
+        );
+        assert_eq!(
+            count(
+                &shared,
+                "SELECT count(*) FROM flyto_steps WHERE state = 'succeeded'"
+            )
+            .await,
             10_000
         );
     });
@@ -191,12 +226,19 @@ fn a_lost_lease_is_swept_once_and_its_stale_token_changes_nothing() {
             .client()
             .await
             .unwrap()
-            .execute("UPDATE flyto_steps SET lease_until = now() - interval '1 second'", &[])
+            .execute(
+                "UPDATE flyto_steps SET lease_until = now() - interval '1 second'",
+                &[],
+            )
             .await
             .unwrap();
         // Two nodes sweep at once: one wins, the step is rescued once.
         let (a, b) = tokio::join!(claims::sweep(&shared), claims::sweep(&shared));
-        let rescued: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().flatten().collect();
+        let rescued: Vec<_> = [a.unwrap(), b.unwrap()]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect();
         assert_eq!(rescued, [(1, "a".to_string(), old)]);
         let second = claims::claim(&shared, "node-2", 8).await.unwrap();
         assert_eq!(second.len(), 1);
@@ -204,11 +246,19 @@ fn a_lost_lease_is_swept_once_and_its_stale_token_changes_nothing() {
         let new = second[0].token;
         assert!(new > old);
         // node-1 wakes up: its heartbeat, output and completion are refused.
-        assert!(claims::heartbeat(&shared, "node-1", &[old]).await.unwrap().is_empty());
+        assert!(
+            claims::heartbeat(&shared, "node-1", &[old])
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(!claims::write_output(&shared, old, "stale").await.unwrap());
         assert!(!claims::complete(&shared, old, true, None).await.unwrap());
         // node-2's are not.
-        assert_eq!(claims::heartbeat(&shared, "node-2", &[new]).await.unwrap(), [new]);
+        assert_eq!(
+            claims::heartbeat(&shared, "node-2", &[new]).await.unwrap(),
+            [new]
+        );
         assert!(claims::write_output(&shared, new, "fresh").await.unwrap());
         assert!(claims::complete(&shared, new, true, None).await.unwrap());
         let row = shared
@@ -255,7 +305,10 @@ fn a_step_out_of_attempts_fails_with_lease_lost() {
             .client()
             .await
             .unwrap()
-            .execute("UPDATE flyto_steps SET lease_until = now() - interval '1 second'", &[])
+            .execute(
+                "UPDATE flyto_steps SET lease_until = now() - interval '1 second'",
+                &[],
+            )
             .await
             .unwrap();
         claims::sweep(&shared).await.unwrap();
@@ -268,7 +321,12 @@ fn a_step_out_of_attempts_fails_with_lease_lost() {
             .unwrap();
         assert_eq!(row.get::<_, String>(0), "failed");
         assert_eq!(row.get::<_, String>(1), "lease lost");
-        assert!(claims::claim(&shared, "node-2", 1).await.unwrap().is_empty());
+        assert!(
+            claims::claim(&shared, "node-2", 1)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     });
 }
 
@@ -282,9 +340,16 @@ fn three_nodes_racing_one_cron_instant_record_one_fire() {
             for n in 0..3 {
                 let shared = shared.clone();
                 tasks.push(tokio::spawn(async move {
-                    fires::record_fire(&shared, 7, 1_800_000_000_000 + instant * 60_000, false, 0, &format!("node-{n}"))
-                        .await
-                        .unwrap()
+                    fires::record_fire(
+                        &shared,
+                        7,
+                        1_800_000_000_000 + instant * 60_000,
+                        false,
+                        0,
+                        &format!("node-{n}"),
+                    )
+                    .await
+                    .unwrap()
                 }));
             }
             let mut winners = 0;
@@ -293,7 +358,10 @@ fn three_nodes_racing_one_cron_instant_record_one_fire() {
             }
             assert_eq!(winners, 1, "instant {instant}");
         }
-        assert_eq!(count(&shared, "SELECT count(*) FROM flyto_job_fires").await, 20);
+        assert_eq!(
+            count(&shared, "SELECT count(*) FROM flyto_job_fires").await,
+            20
+        );
     });
 }
 
@@ -322,11 +390,17 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
     // From the environment too, and a clear error for a dead server.
     let out = std::process::Command::new(flyto_tests::bin("flytod"))
         .arg("migrate")
-        .env("FLYTO_DATABASE_URL", "postgres://bob:hunter22@127.0.0.1:1/postgres")
+        .env(
+            "FLYTO_DATABASE_URL",
+            "postgres://bob:hunter22@127.0.0.1:1/postgres",
+        )
         .output()
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("127.0.0.1:1") && stderr.contains("bob"), "{stderr}");
+    assert!(
+        stderr.contains("127.0.0.1:1") && stderr.contains("bob"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("hunter22"), "{stderr}");
 }
