@@ -404,3 +404,143 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
     );
     assert!(!stderr.contains("hunter22"), "{stderr}");
 }
+
+/// Until the listener wakes, for at most 20 s.
+async fn woke(l: &flyto_actors::store::postgres::listen::Listener) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(20), l.woken())
+        .await
+        .is_ok()
+}
+
+#[test]
+fn a_listener_wakes_on_notify_and_after_its_backend_is_killed_still_wakes() {
+    use flyto_actors::store::postgres::listen::{Listener, notify};
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "w").await;
+        // A long fallback poll: the wake-ups below come from NOTIFY and
+        // from reconnecting, not from it.
+        let l = Listener::start(&shared, "flyto_work", std::time::Duration::from_secs(3600));
+        assert!(woke(&l).await, "no wake-up at connect");
+        notify(&shared, "flyto_work", "p1").await.unwrap();
+        assert!(woke(&l).await, "a NOTIFY did not wake the listener");
+        // Its database session is killed: it connects again, LISTENs again,
+        // and wakes (what was notified meanwhile is lost, so it looks).
+        let killed = pg.terminate_backends("flyto-listen%");
+        assert_eq!(killed, 1);
+        assert!(woke(&l).await, "no wake-up after the reconnect");
+        assert_eq!(l.reconnects(), 1);
+        notify(&shared, "flyto_work", "p2").await.unwrap();
+        assert!(
+            woke(&l).await,
+            "a NOTIFY after the reconnect did not wake it"
+        );
+    });
+}
+
+#[test]
+fn without_any_notify_the_fallback_poll_wakes_the_listener() {
+    use flyto_actors::store::postgres::listen::Listener;
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "p").await;
+        let l = Listener::start(&shared, "flyto_work", std::time::Duration::from_millis(300));
+        assert!(woke(&l).await);
+        // Nobody notifies; the poll still comes round, again and again.
+        for _ in 0..3 {
+            assert!(
+                woke(&l).await,
+                "the fallback poll did not wake the listener"
+            );
+        }
+    });
+}
+
+#[derive(Default)]
+struct Stops {
+    lost: std::sync::Mutex<Vec<i64>>,
+    fenced: std::sync::Mutex<Vec<i64>>,
+}
+
+impl claims::Fence for Stops {
+    fn lost(&self, tokens: &[i64]) {
+        self.lost.lock().unwrap().extend(tokens);
+    }
+    fn fence(&self, tokens: &[i64]) {
+        self.fenced.lock().unwrap().extend(tokens);
+    }
+}
+
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+fn one_step(max_attempts: i32) -> Vec<StepRow> {
+    vec![StepRow {
+        plan: 1,
+        step: "a".into(),
+        max_attempts,
+        retry_on_lease_loss: true,
+    }]
+}
+
+#[test]
+fn a_keeper_reports_a_lost_lease_and_fences_when_the_database_is_gone() {
+    use claims::{KeeperTimes, LeaseKeeper};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "k").await;
+        claims::add_ready_steps(&shared, &one_step(3)).await.unwrap();
+        let stops = Arc::new(Stops::default());
+        let times = KeeperTimes {
+            every: Duration::from_millis(100),
+            fence_after: Duration::from_millis(800),
+        };
+        let keeper = LeaseKeeper::start(shared.clone(), "node-1".into(), times, stops.clone());
+        let c = claims::claim(&shared, "node-1", 1).await.unwrap().remove(0);
+        keeper.hold(c.token);
+        // Renewed: the lease keeps moving forward.
+        let until_of = |shared: Shared| async move {
+            let c = shared.client().await.unwrap();
+            let r = c
+                .query_one("SELECT extract(epoch FROM lease_until)::float8 FROM flyto_steps", &[])
+                .await
+                .unwrap();
+            r.get::<_, f64>(0)
+        };
+        let before = until_of(shared.clone()).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while until_of(shared.clone()).await <= before {
+            assert!(std::time::Instant::now() < deadline, "the lease was never renewed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Another node rescues the step: the keeper says it was lost.
+        shared
+            .client()
+            .await
+            .unwrap()
+            .execute(
+                "UPDATE flyto_steps SET lease_until = now() - interval '1 second', lease_node = 'gone'",
+                &[],
+            )
+            .await
+            .unwrap();
+        claims::sweep(&shared).await.unwrap();
+        until("the lost lease reported", || stops.lost.lock().unwrap().contains(&c.token)).await;
+        // A new attempt, then the database goes away: fenced.
+        let c2 = claims::claim(&shared, "node-1", 1).await.unwrap().remove(0);
+        keeper.hold(c2.token);
+        pg.stop();
+        until("the node fenced", || stops.fenced.lock().unwrap().contains(&c2.token)).await;
+        assert!(stops.lost.lock().unwrap().len() == 1);
+    });
+}

@@ -256,3 +256,118 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
     tx.commit().await.map_err(&err)?;
     Ok(Some(rescued))
 }
+
+/// How often a [`LeaseKeeper`] heartbeats and when it gives up.
+#[derive(Debug, Clone, Copy)]
+pub struct KeeperTimes {
+    pub every: Duration,
+    pub fence_after: Duration,
+}
+
+impl Default for KeeperTimes {
+    fn default() -> Self {
+        KeeperTimes {
+            every: HEARTBEAT_EVERY,
+            fence_after: SELF_FENCE_AFTER,
+        }
+    }
+}
+
+/// What a node's keeper tells it to stop.
+pub trait Fence: Send + Sync + 'static {
+    /// These attempts lost their leases (the steps were rescued): stop them.
+    fn lost(&self, tokens: &[i64]);
+    /// No heartbeat got through for `fence_after`: stop every attempt now,
+    /// before the leases can expire and another node takes the steps.
+    fn fence(&self, tokens: &[i64]);
+}
+
+/// Renews the leases of a node's running attempts every `every`; tells
+/// the node which attempts lost their lease, and, when the database could
+/// not be reached for `fence_after` (well inside [`LEASE`]), to stop all
+/// of them: a paused or cut-off node never runs a step beside the node
+/// that rescued it.
+pub struct LeaseKeeper {
+    held: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LeaseKeeper {
+    pub fn start(
+        shared: Shared,
+        node: String,
+        times: KeeperTimes,
+        fence: std::sync::Arc<dyn Fence>,
+    ) -> LeaseKeeper {
+        let held: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>> =
+            Default::default();
+        let h = held.clone();
+        let task = tokio::spawn(async move {
+            let mut last_ok = std::time::Instant::now();
+            loop {
+                tokio::time::sleep(times.every).await;
+                let tokens: Vec<i64> = h
+                    .lock()
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let beat = tokio::time::timeout(
+                    times.every.max(Duration::from_secs(1)),
+                    heartbeat(&shared, &node, &tokens),
+                )
+                .await;
+                match beat {
+                    Ok(Ok(kept)) => {
+                        last_ok = std::time::Instant::now();
+                        let lost: Vec<i64> = tokens
+                            .iter()
+                            .filter(|t| !kept.contains(t))
+                            .copied()
+                            .collect();
+                        if !lost.is_empty() {
+                            if let Ok(mut s) = h.lock() {
+                                for t in &lost {
+                                    s.remove(t);
+                                }
+                            }
+                            fence.lost(&lost);
+                        }
+                    }
+                    Ok(Err(e)) => tracing::warn!(node = %node, error = %e, "heartbeat failed"),
+                    Err(_) => tracing::warn!(node = %node, "heartbeat timed out"),
+                }
+                if last_ok.elapsed() >= times.fence_after && !tokens.is_empty() {
+                    tracing::error!(
+                        node = %node,
+                        after_s = times.fence_after.as_secs(),
+                        "no heartbeat reached the database: stopping this node's running work before its leases expire"
+                    );
+                    if let Ok(mut s) = h.lock() {
+                        s.clear();
+                    }
+                    fence.fence(&tokens);
+                }
+            }
+        });
+        LeaseKeeper { held, task }
+    }
+
+    /// Keeps the lease of this attempt from now on.
+    pub fn hold(&self, token: i64) {
+        if let Ok(mut s) = self.held.lock() {
+            s.insert(token);
+        }
+    }
+
+    /// The attempt ended (or was stopped).
+    pub fn release(&self, token: i64) {
+        if let Ok(mut s) = self.held.lock() {
+            s.remove(&token);
+        }
+    }
+}

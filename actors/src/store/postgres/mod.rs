@@ -8,6 +8,7 @@
 
 pub mod claims;
 pub mod fires;
+pub mod listen;
 mod migrate;
 
 pub use migrate::{LATEST, MIGRATIONS, Migrated, migrate};
@@ -63,7 +64,7 @@ const SESSION_OPTIONS: &str =
 
 /// The error text of `e` without anything that could hold a secret: the
 /// database's own message (its severity and text), or the I/O cause.
-fn detail(e: &tokio_postgres::Error) -> String {
+pub(crate) fn detail(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} {}", db.severity(), db.message());
     }
@@ -81,6 +82,9 @@ fn detail(e: &tokio_postgres::Error) -> String {
 pub struct Shared {
     pub pool: Pool,
     pub target: Target,
+    /// The connection settings, for connections outside the pool (the
+    /// listener's).
+    pub config: tokio_postgres::Config,
 }
 
 impl Shared {
@@ -115,7 +119,7 @@ impl Shared {
             .options(SESSION_OPTIONS)
             .connect_timeout(Duration::from_secs(10));
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -128,7 +132,11 @@ impl Shared {
             .create_timeout(Some(Duration::from_secs(15)))
             .build()
             .map_err(|e| PgError::Url(e.to_string()))?;
-        let shared = Shared { pool, target };
+        let shared = Shared {
+            pool,
+            target,
+            config,
+        };
         drop(shared.client().await?);
         Ok(shared)
     }
