@@ -101,6 +101,37 @@ async fn ask<T: Send + 'static>(
     }
 }
 
+/// A job's `--notify BINDING[:CHAT]` must name a binding that exists.
+/// When the channels room cannot be asked, the job is not refused for it:
+/// its results wait in the log's warnings instead.
+pub async fn check_binding(target: &str) -> Result<(), Reject> {
+    let binding = target.split(':').next().unwrap_or(target);
+    // A malformed target is the jobs room's to explain.
+    if flyto_actors::plans::jobs_actor::check_notify(target).is_err() {
+        return Ok(());
+    }
+    let Ok((channels, _)) = ask(|reply| ChannelsMsg::List { reply }).await else {
+        return Ok(());
+    };
+    if channels.iter().any(|c| c.name == binding) {
+        return Ok(());
+    }
+    let known: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
+    Err(Reject::new(
+        ErrorCode::BadRequest,
+        if known.is_empty() {
+            format!(
+                "--notify {target}: there is no channel binding `{binding}` (none exists yet): bind one first with `flytoctl channel_bind`"
+            )
+        } else {
+            format!(
+                "--notify {target}: there is no channel binding `{binding}`: use one of {} (see `flytoctl channel_list`)",
+                known.join(", ")
+            )
+        },
+    ))
+}
+
 /// `None`: not a channel request.
 pub async fn handle(req: &Request) -> Option<Result<Response, Reject>> {
     let answer = match req {

@@ -1230,6 +1230,11 @@ fn job_next(
 async fn jobs_request(req: Request) -> Result<Response, Reject> {
     use flyto_actors::plans::jobs_actor::{JOBS_NAME, JobsMsg};
     use flyto_actors::plans::schedule::tzdb_version as tzdb;
+    if let Request::JobCreate { spec } | Request::JobUpdate { spec, .. } = &req
+        && let Some(target) = &spec.notify
+    {
+        crate::channel_api::check_binding(target).await?;
+    }
     let Some(cell) = ractor::registry::where_is(JOBS_NAME.into()) else {
         return Err(Reject::new(
             ErrorCode::Unavailable,

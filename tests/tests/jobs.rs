@@ -659,6 +659,17 @@ fn bad_job_input_gets_a_clear_error() {
             ],
             "must be a chat id",
         ),
+        (
+            vec![
+                "--schedule",
+                "@daily",
+                "--prompt",
+                "x",
+                "--notify",
+                "nosuch",
+            ],
+            "there is no channel binding `nosuch`",
+        ),
     ] {
         let mut all = vec!["job_create"];
         all.extend(args.iter().copied());

@@ -177,7 +177,7 @@ pub struct JobsActor;
 
 /// `BINDING` or `BINDING:CHAT`: a binding's name as in `[channels.NAME]`,
 /// and optionally the chat to write to (else the binding's owner chat).
-fn check_notify(n: &str) -> Result<(), String> {
+pub fn check_notify(n: &str) -> Result<(), String> {
     let (binding, chat) = match n.split_once(':') {
         Some((b, c)) => (b, Some(c)),
         None => (n, None),
