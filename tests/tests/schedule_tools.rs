@@ -298,9 +298,11 @@ fn a_transient_failure_is_retried_and_another_failure_counts() {
     ));
     let _daemon = flyto_tests::sessions_support::start(&env);
     let dir = workdir(&env, "proj");
+    // Far enough ahead that a loaded machine still creates the job before
+    // its instant (whole seconds would leave as little as a few ms).
     let soon = || {
-        (chrono::Utc::now() + chrono::Duration::seconds(1))
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        (chrono::Utc::now() + chrono::Duration::seconds(2))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     };
     let show = |id: &str| -> Value {
         let out = env.ctl(&["job_show", id, "--json"]);

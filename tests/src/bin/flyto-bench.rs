@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../bench/channels.rs"]
 mod channels;
+#[path = "../bench/claims.rs"]
+mod claims;
 #[path = "../bench/compaction.rs"]
 mod compaction;
 #[path = "../bench/jobs.rs"]
@@ -150,6 +152,10 @@ enum Bench {
     /// time) and the fake Telegram server (200 over 10 chats), each against
     /// a bare loop doing the same reads in the same run.
     Channels,
+    /// The shared store's step claim on a real PostgreSQL (started here):
+    /// claims/s and claim latency with 1, 2 and 3 claimers against a bare
+    /// SKIP LOCKED loop in the same run.
+    Claims,
     /// Every benchmark: control-plane, sessions, compaction, knowledge,
     /// jobs, then channels.
     All,
@@ -188,6 +194,7 @@ fn main() -> std::process::ExitCode {
         Bench::Knowledge => knowledge::run(&knowledge_args(&cli)),
         Bench::Jobs => check_binaries().and_then(|()| jobs::run()),
         Bench::JobSleeper => jobs::sleeper(),
+        Bench::Claims => claims::run(),
         Bench::Channels => check_binaries().and_then(|()| channels::run(&channels_args(&cli))),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
