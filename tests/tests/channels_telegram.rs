@@ -445,21 +445,24 @@ fn a_hung_poll_is_abandoned_while_sends_keep_working() {
         polls,
         "the reply waited for the hung poll to be given up"
     );
-    let pushed = Instant::now();
     r.say("second");
     let c = wait_until("the stall shown", DEADLINE, || {
         let c = channel(&r.env, "telegram");
         c["last_error"].is_string().then_some(c)
     });
     no_secret("the stall's error", &c.to_string());
-    assert_eq!(r.wait_texts(ANN, 2)[1], "after the stall");
-    // Two poll periods and the grace, and a second for the turn itself.
-    let limit = POLL * 2 + STALL_GRACE + Duration::from_secs(1);
-    let took = pushed.elapsed();
+    // Given up by the health check (its timeout plus the grace), not left
+    // to the HTTP client's longer deadline: the poll after it delivers.
+    let why = c["last_error"].as_str().unwrap_or_default();
     assert!(
-        took <= limit,
-        "answered {took:?} after the push (limit {limit:?})"
+        why.contains(&format!(
+            "no completed poll within {}s",
+            (POLL + STALL_GRACE).as_secs()
+        )),
+        "{why}"
     );
+    assert_eq!(r.wait_texts(ANN, 2)[1], "after the stall");
+    assert_eq!(channel(&r.env, "telegram")["state"], "ok");
 }
 
 #[test]
