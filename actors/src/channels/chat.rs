@@ -11,7 +11,6 @@ use super::store::{
     ChannelStore, ChatRecord, InboundRecord, OutRecord, OutState, TurnState, Write,
 };
 use crate::clock::Clock;
-use crate::plans::Reject;
 use crate::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg};
 use flyto_protocol::{BlockView, MessageView, SessionEvent};
 use ractor::ActorRef;
@@ -103,16 +102,7 @@ fn manager() -> Result<ActorRef<ManagerMsg>, String> {
         .ok_or_else(|| "the session manager is not running; see the daemon log".to_string())
 }
 
-async fn ask<M: Send + 'static, T: Send + 'static>(
-    actor: &ActorRef<M>,
-    build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> M,
-) -> Result<T, String> {
-    match actor.call(build, Some(Duration::from_secs(60))).await {
-        Ok(CallResult::Success(Ok(v))) => Ok(v),
-        Ok(CallResult::Success(Err(r))) => Err(r.message),
-        _ => Err("the session room did not answer; see the daemon log".into()),
-    }
-}
+use crate::session::ask;
 
 fn session_name(binding: &str, chat: &str, generation: u64) -> String {
     if generation == 0 {

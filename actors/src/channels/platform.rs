@@ -150,3 +150,12 @@ pub enum PlatformError {
     #[error("the platform refused the request: {0}")]
     Rejected(String),
 }
+
+/// The seconds of an HTTP `Retry-After` header, when it gives some.
+pub fn retry_after_header(response: &reqwest::Response) -> Option<u64> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}

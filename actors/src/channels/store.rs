@@ -272,12 +272,7 @@ impl ChannelStore {
 
     /// Waits until everything written so far is durable.
     pub async fn synced(&self) -> Result<(), String> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.store.after_sync(Box::new(move |r| {
-            let _ = tx.send(r.map_err(|e| e.to_string()));
-        }));
-        rx.await
-            .map_err(|_| "the store stopped before the write was durable".to_string())?
+        self.store.synced().await
     }
 
     fn get<T: serde::de::DeserializeOwned>(&self, k: &[u8]) -> Result<Option<T>, StoreError> {

@@ -138,11 +138,7 @@ impl TelegramPlatform {
             .await
             .map_err(|e| transient("no answer", e))?;
         let status = response.status();
-        let header_retry = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let header_retry = super::platform::retry_after_header(&response);
         let bytes = response
             .bytes()
             .await

@@ -412,11 +412,7 @@ pub(crate) async fn read_json(
 ) -> Result<Value, PlatformError> {
     let response = request.send().await.map_err(|e| transport_error(what, e))?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let retry_after = super::platform::retry_after_header(&response);
     let bytes = response
         .bytes()
         .await

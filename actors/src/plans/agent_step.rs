@@ -2,7 +2,6 @@
 //! the named one) through the session room's actor messages, followed to
 //! the end of its run. Cancel and timeout cancel the session's run.
 
-use crate::plans::Reject;
 use crate::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg};
 use crate::tools::process::{CancelReason, Exit, Outcome};
 use flyto_protocol::SessionEvent;
@@ -38,16 +37,7 @@ fn failed(message: String) -> Outcome {
     }
 }
 
-async fn ask<M: Send + 'static, T: Send + 'static>(
-    actor: &ActorRef<M>,
-    build: impl FnOnce(ractor::RpcReplyPort<Result<T, Reject>>) -> M,
-) -> Result<T, String> {
-    match actor.call(build, Some(Duration::from_secs(60))).await {
-        Ok(CallResult::Success(Ok(v))) => Ok(v),
-        Ok(CallResult::Success(Err(r))) => Err(r.message),
-        _ => Err("the session manager did not answer; see the daemon log".into()),
-    }
-}
+use crate::session::ask;
 
 pub async fn run(
     step: AgentStep,

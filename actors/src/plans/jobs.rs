@@ -383,12 +383,7 @@ impl JobStore {
 
     /// Waits until everything written so far is durable.
     pub async fn synced(&self) -> Result<(), String> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.store.after_sync(Box::new(move |r| {
-            let _ = tx.send(r.map_err(|e| e.to_string()));
-        }));
-        rx.await
-            .map_err(|_| "the store stopped before the write was durable".to_string())?
+        self.store.synced().await
     }
 }
 

@@ -136,3 +136,19 @@ pub fn route_for(models: &Models, model: &str) -> Result<Route, LlmError> {
         }),
     }
 }
+
+/// Asks a session-room actor (the manager or a session) and waits at
+/// most a minute: its refusal comes back as its message.
+pub async fn ask<M: Send + 'static, T: Send + 'static>(
+    actor: &ractor::ActorRef<M>,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<T, crate::plans::Reject>>) -> M,
+) -> Result<T, String> {
+    match actor
+        .call(build, Some(std::time::Duration::from_secs(60)))
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(Ok(v))) => Ok(v),
+        Ok(ractor::rpc::CallResult::Success(Err(r))) => Err(r.message),
+        _ => Err("the session room did not answer; see the daemon log".into()),
+    }
+}

@@ -286,6 +286,17 @@ impl Store {
         self.inner.committer.after_sync(then);
     }
 
+    /// Waits until everything written so far is durable (the async form
+    /// of [`Store::after_sync`]).
+    pub async fn synced(&self) -> Result<(), String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.after_sync(Box::new(move |r| {
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        }));
+        rx.await
+            .map_err(|_| "the store stopped before the write was durable".to_string())?
+    }
+
     /// Makes every write so far durable in sled itself (flushed and
     /// synced), waiting for it (start-up and shutdown). Not from an
     /// `after_sync` continuation.
