@@ -4,7 +4,7 @@
 use super::agent_step::{self, AgentStep};
 use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, plan_log_dir, step_log_path};
-use super::reader::{PlanReader, Queue, Slot};
+use super::reader::{LiveViews, PlanReader, Queue, Slot};
 use super::validate::{Limits, Workdirs, validate_in};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
@@ -99,7 +99,13 @@ pub struct SchedulerState {
     config: PlanConfig,
     clock: Arc<dyn Clock>,
     next_id: u64,
-    active: BTreeMap<u64, ActivePlan>,
+    /// Boxed: plans are added at the end of the map, and moving big
+    /// values around its nodes cost more than the box.
+    active: BTreeMap<u64, Box<ActivePlan>>,
+    /// Views of new plans to publish once their record is durable: the
+    /// next reply's continuation does it, so that a submit queues one
+    /// continuation, not two (see `take_unpublished`).
+    unpublished: Vec<(u64, Arc<watch::Sender<PlanView>>)>,
     /// Ids of the active plans that may be running: every plan in state
     /// `Running` is here (`pump` drops the others lazily), so that a long
     /// queue of pending plans costs nothing per message.
@@ -143,6 +149,7 @@ impl Actor for SchedulerActor {
             config: args.config,
             clock: args.clock,
             active: BTreeMap::new(),
+            unpublished: Vec::new(),
             started: BTreeSet::new(),
             pending_children: BTreeSet::new(),
             drain: None,
@@ -244,7 +251,28 @@ impl Actor for SchedulerActor {
             }
             SchedulerMsg::Sweep => state.sweep()?,
         }
+        // A new plan no reply took along is published on its own.
+        let rest = state.take_unpublished();
+        if !rest.1.is_empty() {
+            state
+                .reader
+                .store
+                .after_sync(Box::new(move |_| publish(rest)));
+        }
         Ok(())
+    }
+}
+
+/// New plans' views, and where to publish them.
+type Unpublished = (LiveViews, Vec<(u64, Arc<watch::Sender<PlanView>>)>);
+
+/// Makes new plans' views visible to readers (`PlanReader::watch`).
+fn publish((live, views): Unpublished) {
+    if views.is_empty() {
+        return;
+    }
+    if let Ok(mut m) = live.write() {
+        m.extend(views);
     }
 }
 
@@ -254,21 +282,31 @@ impl SchedulerState {
     }
 
     fn reply_after_sync<T: Send + 'static>(
-        &self,
+        &mut self,
         reply: RpcReplyPort<Result<T, Reject>>,
         answer: Result<T, Reject>,
     ) {
         self.reply_after_sync_then(reply, answer, None);
     }
 
+    fn take_unpublished(&mut self) -> Unpublished {
+        (
+            self.reader.live.clone(),
+            std::mem::take(&mut self.unpublished),
+        )
+    }
+
     /// Like `reply_after_sync`; `early` sees the final answer first.
     fn reply_after_sync_then<T: Send + 'static>(
-        &self,
+        &mut self,
         reply: RpcReplyPort<Result<T, Reject>>,
         answer: Result<T, Reject>,
         early: Option<Early<T>>,
     ) {
+        // Before the answer: a client told of a plan can watch it.
+        let views = self.take_unpublished();
         let then: AfterSync = Box::new(move |synced| {
+            publish(views);
             let answer = match synced {
                 Ok(()) => answer,
                 Err(e) => Err(Reject::new(
@@ -347,17 +385,10 @@ impl SchedulerState {
         let id = rec.id;
         let (tx, _) = watch::channel(rec.view(&self.reader.log_dir));
         let tx = Arc::new(tx);
-        let live = self.reader.live.clone();
-        let publish = tx.clone();
-        let insert = move || {
-            if let Ok(mut m) = live.write() {
-                m.insert(id, publish);
-            }
-        };
         if synced {
-            insert();
+            publish((self.reader.live.clone(), vec![(id, tx.clone())]));
         } else {
-            self.reader.store.after_sync(Box::new(move |_| insert()));
+            self.unpublished.push((id, tx.clone()));
         }
         match rec.state {
             PlanState::Running => {
@@ -368,7 +399,7 @@ impl SchedulerState {
         }
         self.active.insert(
             id,
-            ActivePlan {
+            Box::new(ActivePlan {
                 stored_state: rec.state,
                 rec,
                 tx,
@@ -376,7 +407,7 @@ impl SchedulerState {
                 cancelling: false,
                 cancel_waiters: Vec::new(),
                 extra: false,
-            },
+            }),
         );
     }
 

@@ -19,7 +19,7 @@ use crate::store::{
     AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
 };
 use flyto_protocol::PlanState;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 pub trait PlanStore: Send + Sync + 'static {
@@ -103,6 +103,7 @@ impl SledPlanStore {
             counts: Mutex::new([0; 5]),
             recent: Mutex::default(),
         };
+        this.bucket_state_index()?;
         *this.counts() = this.load_counts()?;
         this.index_names()?;
         Ok(this)
@@ -126,6 +127,94 @@ impl SledPlanStore {
         self.store.apply(&self.tree, &batch)
     }
 
+    /// Moves the state index of a database written before it was bucketed
+    /// (one `s` key per plan) into buckets, a chunk per batch: each batch
+    /// removes its keys and sets their bits together, so a crash midway
+    /// leaves every plan indexed once and the next open goes on.
+    fn bucket_state_index(&self) -> Result<(), StoreError> {
+        loop {
+            let mut old = Vec::new();
+            for kv in self.store.scan_prefix(&self.tree, b"s", false).take(4096) {
+                old.push(kv?.0);
+            }
+            if old.is_empty() {
+                return Ok(());
+            }
+            let mut bits: BTreeMap<[u8; 10], u64> = BTreeMap::new();
+            let mut batch = Batch::new();
+            for k in &old {
+                let (Some(state), Some(id)) =
+                    (k.get(1).and_then(|b| state_of_byte(*b)), tail_id(k))
+                else {
+                    continue;
+                };
+                *bits.entry(bucket_key(state, id)).or_default() |= bucket_bit(id);
+            }
+            for (key, add) in bits {
+                let had = self.bucket(&key)?;
+                batch.insert(key, (had | add).to_be_bytes());
+            }
+            for k in old {
+                batch.remove(k.to_vec());
+            }
+            self.store.apply(&self.tree, &batch)?;
+        }
+    }
+
+    /// The bitmap of the state-index bucket `key` (0 when absent).
+    fn bucket(&self, key: &[u8]) -> Result<u64, StoreError> {
+        Ok(self
+            .store
+            .get(&self.tree, key)?
+            .and_then(|v| tail_id(&v))
+            .unwrap_or(0))
+    }
+
+    /// Adds to `batch` the write that puts plan `id` in (or takes it out
+    /// of) the index of `state`. Only with the counts lock held, which
+    /// orders these read-modify-writes.
+    fn index(
+        &self,
+        batch: &mut Batch,
+        state: PlanState,
+        id: u64,
+        on: bool,
+    ) -> Result<(), StoreError> {
+        let key = bucket_key(state, id);
+        let had = self.bucket(&key)?;
+        let now = if on {
+            had | bucket_bit(id)
+        } else {
+            had & !bucket_bit(id)
+        };
+        if now == 0 {
+            batch.remove(key.to_vec());
+        } else {
+            batch.insert(key.to_vec(), now.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// Ids in the index of `state`, ascending (or descending).
+    fn indexed(
+        &self,
+        state: PlanState,
+        reverse: bool,
+    ) -> impl Iterator<Item = Result<u64, StoreError>> + '_ {
+        self.store
+            .scan_prefix(&self.tree, &bucket_prefix(state), reverse)
+            .flat_map(move |kv| {
+                let ids: Vec<Result<u64, StoreError>> = match kv {
+                    Err(e) => vec![Err(e)],
+                    Ok((k, v)) => match (tail_id(&k), tail_id(&v)) {
+                        (Some(b), Some(bits)) => bucket_ids(b, bits, reverse).map(Ok).collect(),
+                        _ => Vec::new(),
+                    },
+                };
+                ids
+            })
+    }
+
     /// The stored counts, or (first open of an older database) counted
     /// from the state index and stored.
     fn load_counts(&self) -> Result<Counts, StoreError> {
@@ -145,10 +234,9 @@ impl SledPlanStore {
             let mut n = 0;
             for kv in self
                 .store
-                .scan_prefix(&self.tree, &[b's', state_byte(st)], false)
+                .scan_prefix(&self.tree, &bucket_prefix(st), false)
             {
-                kv?;
-                n += 1;
+                n += tail_id(&kv?.1).map_or(0, |bits| u64::from(bits.count_ones()));
             }
             counts[i] = n;
             batch.insert(count_key(st), n.to_be_bytes());
@@ -224,10 +312,48 @@ fn count_key(state: PlanState) -> [u8; 2] {
     [b'c', state_byte(state)]
 }
 
-fn state_key(state: PlanState, id: u64) -> Vec<u8> {
-    let mut k = vec![b's', state_byte(state)];
-    k.extend_from_slice(&id.to_be_bytes());
+fn state_of_byte(b: u8) -> Option<PlanState> {
+    STATES.into_iter().find(|st| state_byte(*st) == b)
+}
+
+/// The state index keeps 64 plans to a key (`b`, state byte, id / 64; the
+/// value a bitmap of the 64). Ids are sequential, so the plans submitted
+/// together share a key, which a group commit then writes to sled once:
+/// with a key per plan, every submit cost a sled insert, and every eighth
+/// a leaf split, in the commit thread.
+const BUCKET: u64 = 64;
+
+fn bucket_prefix(state: PlanState) -> [u8; 2] {
+    [b'b', state_byte(state)]
+}
+
+fn bucket_key(state: PlanState, id: u64) -> [u8; 10] {
+    let mut k = [0; 10];
+    k[..2].copy_from_slice(&bucket_prefix(state));
+    k[2..].copy_from_slice(&(id / BUCKET).to_be_bytes());
     k
+}
+
+fn bucket_bit(id: u64) -> u64 {
+    1 << (id % BUCKET)
+}
+
+/// The ids of bucket number `bucket` whose bits are set in `bits`.
+fn bucket_ids(bucket: u64, bits: u64, reverse: bool) -> impl Iterator<Item = u64> {
+    let base = bucket * BUCKET;
+    let mut rest = bits;
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let bit = if reverse {
+            63 - u64::from(rest.leading_zeros())
+        } else {
+            u64::from(rest.trailing_zeros())
+        };
+        rest &= !(1 << bit);
+        Some(base + bit)
+    })
 }
 
 fn expiry_key(finished_ms: u64, id: u64) -> Vec<u8> {
@@ -299,12 +425,12 @@ impl PlanStore for SledPlanStore {
         let mut next = *counts;
         if prev != Some(plan.state) {
             if let Some(p) = prev {
-                batch.remove(state_key(p, plan.id));
+                self.index(&mut batch, p, plan.id, false)?;
                 let n = &mut next[state_index(p)];
                 *n = n.saturating_sub(1);
                 batch.insert(count_key(p), n.to_be_bytes());
             }
-            batch.insert(state_key(plan.state, plan.id), Vec::new());
+            self.index(&mut batch, plan.state, plan.id, true)?;
             let n = &mut next[state_index(plan.state)];
             *n += 1;
             batch.insert(count_key(plan.state), n.to_be_bytes());
@@ -348,7 +474,6 @@ impl PlanStore for SledPlanStore {
     fn delete(&self, plan: &PlanRecord) -> Result<(), StoreError> {
         let mut batch = Batch::new();
         batch.remove(record_key(plan.id));
-        batch.remove(state_key(plan.state, plan.id));
         if let Some(f) = plan.finished_ms {
             batch.remove(expiry_key(f, plan.id));
         }
@@ -359,6 +484,7 @@ impl PlanStore for SledPlanStore {
             batch.remove(name_key(name, plan.id));
         }
         let mut counts = self.counts();
+        self.index(&mut batch, plan.state, plan.id, false)?;
         let mut next = *counts;
         let n = &mut next[state_index(plan.state)];
         *n = n.saturating_sub(1);
@@ -373,11 +499,8 @@ impl PlanStore for SledPlanStore {
     fn load_active(&self) -> Result<Vec<PlanRecord>, StoreError> {
         let mut ids = Vec::new();
         for state in [PlanState::Pending, PlanState::Running] {
-            for kv in self
-                .store
-                .scan_prefix(&self.tree, &[b's', state_byte(state)], false)
-            {
-                ids.extend(tail_id(&kv?.0));
+            for id in self.indexed(state, false) {
+                ids.push(id?);
             }
         }
         ids.sort_unstable();
@@ -392,16 +515,11 @@ impl PlanStore for SledPlanStore {
         let mut out = Vec::new();
         match state {
             Some(st) => {
-                for kv in self
-                    .store
-                    .scan_prefix(&self.tree, &[b's', state_byte(st)], true)
-                {
+                for id in self.indexed(st, true) {
                     if out.len() >= limit {
                         break;
                     }
-                    if let Some(id) = tail_id(&kv?.0) {
-                        out.extend(self.get(id)?);
-                    }
+                    out.extend(self.get(id?)?);
                 }
             }
             None => {
@@ -518,11 +636,7 @@ mod tests {
 
     /// What the state index says, counted entry by entry.
     fn index_counts(s: &SledPlanStore) -> [u64; 5] {
-        STATES.map(|st| {
-            s.store
-                .scan_prefix(&s.tree, &[b's', state_byte(st)], false)
-                .count() as u64
-        })
+        STATES.map(|st| s.indexed(st, false).count() as u64)
     }
 
     /// 5 plans: p1 pending, p2 running, p3 succeeded, p4 failed then
@@ -590,6 +704,82 @@ mod tests {
         assert!(store.recovery().replayed > 0, "{:?}", store.recovery());
         assert_eq!(counts(&s), FILLED);
         assert_eq!(index_counts(&s), FILLED);
+    }
+
+    #[test]
+    fn the_state_index_lists_plans_across_its_buckets_newest_first() {
+        use PlanState::*;
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, s) = open(&tmp.path().join("db"));
+        // Ids on both sides of bucket edges (63/64, 127/128).
+        let ids = [1u64, 62, 63, 64, 65, 127, 128, 200, 1000];
+        for id in ids {
+            s.put(&plan(id, Pending), None).unwrap();
+        }
+        for id in [63, 128] {
+            s.put(&plan(id, Running), Some(Pending)).unwrap();
+        }
+        let listed = |st| {
+            s.list(Some(st), 100)
+                .unwrap()
+                .iter()
+                .map(|p| p.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(listed(Pending), vec![1000, 200, 127, 65, 64, 62, 1]);
+        assert_eq!(listed(Running), vec![128, 63]);
+        assert_eq!(s.list(Some(Pending), 3).unwrap().len(), 3);
+        let active: Vec<u64> = s.load_active().unwrap().iter().map(|p| p.id).collect();
+        assert_eq!(active, ids.to_vec());
+        // A bucket whose last plan leaves is removed, not left empty.
+        s.delete(&plan(1000, Pending)).unwrap();
+        assert_eq!(s.tree.get(bucket_key(Pending, 1000)).unwrap(), None);
+        store.sync_blocking().unwrap();
+        assert_eq!(s.tree.get(bucket_key(Pending, 1000)).unwrap(), None);
+        assert_eq!(index_counts(&s), counts(&s));
+        assert_eq!(counts(&s), [6, 2, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_older_database_with_a_key_per_plan_is_bucketed_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        let (store, s) = open(&dir);
+        fill(&s);
+        for id in 100..5000 {
+            s.put(&plan(id, PlanState::Pending), None).unwrap();
+        }
+        let want = |s: &SledPlanStore| {
+            STATES.map(|st| {
+                s.list(Some(st), 10_000)
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.id)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let before = want(&s);
+        // As written by a flytod with one `s` key per plan.
+        let mut b = Batch::new();
+        for st in STATES {
+            for kv in store.scan_prefix(&s.tree, &bucket_prefix(st), false) {
+                let (k, v) = kv.unwrap();
+                b.remove(k.to_vec());
+                let bucket = tail_id(&k).unwrap();
+                for id in bucket_ids(bucket, tail_id(&v).unwrap(), false) {
+                    let mut old = vec![b's', state_byte(st)];
+                    old.extend_from_slice(&id.to_be_bytes());
+                    b.insert(old, Vec::new());
+                }
+            }
+        }
+        store.apply(&s.tree, &b).unwrap();
+        store.sync_blocking().unwrap();
+        drop((s, store));
+        let (_store, s) = open(&dir);
+        assert_eq!(want(&s), before);
+        assert_eq!(s.store.scan_prefix(&s.tree, b"s", false).count(), 0);
+        assert_eq!(index_counts(&s), counts(&s));
     }
 
     #[test]
