@@ -1196,19 +1196,19 @@ fn resolve_sandboxes(
     config: &PlanConfig,
     plan_id: &str,
 ) -> Result<Vec<(String, SandboxSpec)>, String> {
-    let named = |name: &Option<String>, what: &str| {
+    // `what` names the field, formatted only for an error.
+    let named = |name: &Option<String>, what: &dyn Fn() -> String| {
         name.as_deref()
             .map(Profile::parse)
             .transpose()
-            .map_err(|e| format!("{what}: {e}"))
+            .map_err(|e| format!("{}: {e}", what()))
     };
-    let plan_profile = named(&spec.sandbox, "the plan's `sandbox`")?;
+    let plan_profile = named(&spec.sandbox, &|| "the plan's `sandbox`".into())?;
     let mut out = Vec::new();
     for (step_spec, step) in spec.steps.iter().zip(steps) {
-        let asked = named(
-            &step_spec.sandbox,
-            &format!("step `{}`: `sandbox`", step.id),
-        )?
+        let asked = named(&step_spec.sandbox, &|| {
+            format!("step `{}`: `sandbox`", step.id)
+        })?
         .or(plan_profile);
         let sandbox = match inherited {
             Some(from) => {
