@@ -367,3 +367,25 @@ fn run_with_stdin(cmd: &mut Command, input: &str) -> Output {
     drop(pipe);
     child.wait_with_output().expect("psql output")
 }
+
+/// A runtime for tests that drive the shared store directly.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"))
+}
+
+/// A fresh, migrated database `name` of `pg`.
+pub async fn fresh(pg: &TestPostgres, name: &str) -> flyto_actors::store::postgres::Shared {
+    use flyto_actors::store::postgres::{Shared, migrate};
+    pg.create_database(name);
+    let shared = Shared::connect(&pg.url_for(name), "test")
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
+    migrate(&shared)
+        .await
+        .unwrap_or_else(|e| panic!("cannot migrate the test database: {e}"));
+    shared
+}

@@ -9,24 +9,8 @@
 
 use flyto_actors::store::postgres::claims::{self, StepRow};
 use flyto_actors::store::postgres::{LATEST, PgError, Shared, fires, migrate};
-use flyto_tests::pg::TestPostgres;
+use flyto_tests::pg::{TestPostgres, fresh, runtime};
 use std::collections::HashSet;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A fresh, migrated database of `pg`.
-async fn fresh(pg: &TestPostgres, name: &str) -> Shared {
-    pg.create_database(name);
-    let shared = Shared::connect(&pg.url_for(name), "test").await.unwrap();
-    migrate(&shared).await.unwrap();
-    shared
-}
 
 async fn count(shared: &Shared, sql: &str) -> i64 {
     shared
@@ -170,7 +154,7 @@ fn thirty_two_claimers_over_ten_thousand_steps_give_each_step_one_attempt() {
                     }
                     for c in got {
                         assert!(
-                            claims::complete(&shared, c.token, true, None)
+                            claims::complete(&shared, c.token, &claims::StepEnd::succeeded())
                                 .await
                                 .unwrap()
                         );
@@ -253,14 +237,22 @@ fn a_lost_lease_is_swept_once_and_its_stale_token_changes_nothing() {
                 .is_empty()
         );
         assert!(!claims::write_output(&shared, old, "stale").await.unwrap());
-        assert!(!claims::complete(&shared, old, true, None).await.unwrap());
+        assert!(
+            !claims::complete(&shared, old, &claims::StepEnd::succeeded())
+                .await
+                .unwrap()
+        );
         // node-2's are not.
         assert_eq!(
             claims::heartbeat(&shared, "node-2", &[new]).await.unwrap(),
             [new]
         );
         assert!(claims::write_output(&shared, new, "fresh").await.unwrap());
-        assert!(claims::complete(&shared, new, true, None).await.unwrap());
+        assert!(
+            claims::complete(&shared, new, &claims::StepEnd::succeeded())
+                .await
+                .unwrap()
+        );
         let row = shared
             .client()
             .await
@@ -383,7 +375,7 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
     };
     let (ok, stdout, stderr) = run(&url);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("applied migration(s) [1]"), "{stdout}");
+    assert!(stdout.contains("applied migration(s) [1, 2]"), "{stdout}");
     let (ok, stdout, _) = run(&url);
     assert!(ok);
     assert!(stdout.contains("nothing to apply"), "{stdout}");

@@ -99,7 +99,9 @@ pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, 
              )
              UPDATE flyto_steps s
              SET state = 'running', lease_node = $1, lease_token = nextval('flyto_fencing'),
-                 lease_until = now() + make_interval(secs => $3), attempts = s.attempts + 1
+                 lease_until = now() + make_interval(secs => $3), attempts = s.attempts + 1,
+                 started_at = now(), finished_at = NULL, exit_code = NULL, error = NULL,
+                 output = NULL, stderr = NULL
              FROM picked
              WHERE s.plan = picked.plan AND s.step = picked.step
              RETURNING s.plan, s.step, s.lease_token, s.attempts",
@@ -123,6 +125,16 @@ pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, 
             "INSERT INTO flyto_attempts (token, plan, step, node)
              SELECT lease_token, plan, step, $2 FROM flyto_steps WHERE lease_token = ANY($1)",
             &[&tokens, &node],
+        )
+        .await
+        .map_err(&err)?;
+        let mut plans: Vec<i64> = claims.iter().map(|c| c.plan).collect();
+        plans.dedup();
+        tx.execute(
+            "UPDATE flyto_plans SET state = 'running', started_at = coalesce(started_at, now()),
+                 revision = revision + 1
+             WHERE id = ANY($1) AND state IN ('pending', 'running')",
+            &[&plans],
         )
         .await
         .map_err(&err)?;
@@ -167,30 +179,65 @@ pub async fn write_output(shared: &Shared, token: i64, output: &str) -> Result<b
     Ok(n == 1)
 }
 
-/// Ends the attempt `token`: `Ok(false)` when it no longer holds its step
-/// (the lease was lost and the step rescued): nothing changes then.
-pub async fn complete(
-    shared: &Shared,
-    token: i64,
-    succeeded: bool,
-    error: Option<&str>,
-) -> Result<bool, PgError> {
+/// How an attempt ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepEnd {
+    pub succeeded: bool,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    /// The output's tail; empty keeps what [`write_output`] stored.
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl StepEnd {
+    pub fn succeeded() -> StepEnd {
+        StepEnd {
+            succeeded: true,
+            exit_code: Some(0),
+            ..StepEnd::default()
+        }
+    }
+
+    pub fn failed(error: &str) -> StepEnd {
+        StepEnd {
+            error: Some(error.into()),
+            ..StepEnd::default()
+        }
+    }
+}
+
+/// Ends the attempt `token` and moves its plan on: `Ok(false)` when it no
+/// longer holds its step (the lease was lost and the step rescued, or the
+/// plan cancelled): nothing changes then.
+pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool, PgError> {
     let mut c = shared.client().await?;
     let err = shared.query_err("completing a step");
     let tx = c.transaction().await.map_err(&err)?;
-    let state = if succeeded { "succeeded" } else { "failed" };
-    let n = tx
-        .execute(
-            "UPDATE flyto_steps SET state = $2, error = $3, lease_token = NULL, lease_node = NULL,
+    let state = if end.succeeded { "succeeded" } else { "failed" };
+    let plan = tx
+        .query_opt(
+            "UPDATE flyto_steps SET state = $2, error = $3, exit_code = $4,
+                 output = CASE WHEN $5 = '' THEN output ELSE $5 END,
+                 stderr = $6, finished_at = now(), lease_token = NULL, lease_node = NULL,
                  lease_until = NULL
-             WHERE lease_token = $1 AND state = 'running'",
-            &[&token, &state, &error],
+             WHERE lease_token = $1 AND state = 'running'
+             RETURNING plan",
+            &[
+                &token,
+                &state,
+                &end.error,
+                &end.exit_code,
+                &end.stdout,
+                &end.stderr,
+            ],
         )
         .await
-        .map_err(&err)?;
-    if n == 1 {
-        let outcome = match error {
-            Some(e) if !succeeded => format!("failed: {e}"),
+        .map_err(&err)?
+        .map(|r| r.get::<_, i64>(0));
+    if let Some(plan) = plan {
+        let outcome = match &end.error {
+            Some(e) if !end.succeeded => format!("failed: {e}"),
             _ => state.to_string(),
         };
         tx.execute(
@@ -199,9 +246,10 @@ pub async fn complete(
         )
         .await
         .map_err(&err)?;
+        super::plans::settle(shared, &tx, plan).await?;
     }
     tx.commit().await.map_err(&err)?;
-    Ok(n == 1)
+    Ok(plan.is_some())
 }
 
 /// Rescues steps whose lease expired: back to `ready` when the step may
@@ -232,6 +280,8 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
                               THEN 'ready' ELSE 'failed' END,
                  error = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
                               THEN NULL ELSE 'lease lost' END,
+                 finished_at = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
+                                    THEN NULL ELSE now() END,
                  lease_token = NULL, lease_node = NULL, lease_until = NULL
              FROM expired
              WHERE s.plan = expired.plan AND s.step = expired.step
@@ -252,6 +302,16 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
         )
         .await
         .map_err(&err)?;
+        let mut plans: Vec<i64> = rescued.iter().map(|(p, _, _)| *p).collect();
+        plans.sort_unstable();
+        plans.dedup();
+        for plan in plans {
+            super::plans::settle(shared, &tx, plan).await?;
+        }
+        // Rescued steps that may run again are ready: say so.
+        tx.execute("SELECT pg_notify($1, '')", &[&super::plans::WORK_CHANNEL])
+            .await
+            .map_err(&err)?;
     }
     tx.commit().await.map_err(&err)?;
     Ok(Some(rescued))

@@ -6,10 +6,13 @@
 use super::{PgError, Shared};
 
 /// (version, SQL), in order.
-pub const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_shared_store.sql"))];
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_shared_store.sql")),
+    (2, include_str!("migrations/0002_plan_steps.sql")),
+];
 
 /// The schema version this binary knows.
-pub const LATEST: i32 = 1;
+pub const LATEST: i32 = 2;
 
 /// Any constant shared by every flytod: the lock only has to be the same.
 const MIGRATION_LOCK: i64 = 0x666c_7974_6f5f_6d67;

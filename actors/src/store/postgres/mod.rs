@@ -2,7 +2,8 @@
 //! connection carries statement, lock and idle-in-transaction timeouts),
 //! numbered migrations applied under an advisory lock, and the primitives
 //! several daemons coordinate through: step claims with fencing tokens and
-//! leases (`claims.rs`) and job fires keyed by (job, instant) (`fires.rs`).
+//! leases (`claims.rs`), plans whose state follows from their steps'
+//! (`plans.rs`) and job fires keyed by (job, instant) (`fires.rs`).
 //! It knows no room's records beyond the rows these primitives need; all
 //! lease times are the database's clock.
 
@@ -10,6 +11,7 @@ pub mod claims;
 pub mod fires;
 pub mod listen;
 mod migrate;
+pub mod plans;
 
 pub use migrate::{LATEST, MIGRATIONS, Migrated, migrate};
 

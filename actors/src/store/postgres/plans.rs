@@ -1,0 +1,437 @@
+//! Plan rows on the shared store. A plan is inserted with its steps in one
+//! transaction, its id from one sequence so that every node agrees; from
+//! then on its steps' rows carry their live state (claims, leases,
+//! outcomes) and the plan's own state follows from theirs ([`settle`]),
+//! inside the transaction of the change that moved them. No node rewrites
+//! another's record: the record stays as submitted, and a plan's view is
+//! that record joined with its steps' rows. Records are opaque bytes here;
+//! the plans room encodes them.
+
+use super::{PgError, Shared};
+use tokio_postgres::GenericClient;
+
+/// Where nodes hear that steps became ready.
+pub const WORK_CHANNEL: &str = "flyto_work";
+/// Where nodes hear that a plan changed (payload: its id).
+pub const PLANS_CHANNEL: &str = "flyto_plans";
+
+/// A step of a plan being submitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewStep {
+    pub step: String,
+    pub deps: Vec<String>,
+    pub max_attempts: i32,
+    /// May run again when its node lost the lease mid-run.
+    pub retry_on_lease_loss: bool,
+}
+
+/// A plan being submitted; `id` from [`next_plan_id`], inside `record`
+/// too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPlan {
+    pub id: i64,
+    pub record: Vec<u8>,
+    pub idempotency_key: Option<String>,
+    pub name: Option<String>,
+    pub steps: Vec<NewStep>,
+}
+
+/// What [`insert_plan`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inserted {
+    New,
+    /// The idempotency key belongs to this earlier plan (its record, to
+    /// compare the specs); nothing was inserted.
+    Existing {
+        id: i64,
+        record: Vec<u8>,
+    },
+}
+
+/// A plan as stored: the record as submitted and the live state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanRow {
+    pub id: i64,
+    /// pending, running, succeeded, failed, cancelled
+    pub state: String,
+    pub record: Vec<u8>,
+    pub reason: Option<String>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    /// Bumped by every change of the plan or one of its steps.
+    pub revision: i64,
+    /// In the plan's order.
+    pub steps: Vec<StepStatus>,
+}
+
+/// A step's live state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStatus {
+    pub step: String,
+    /// waiting, ready, running, succeeded, failed, skipped, cancelled
+    pub state: String,
+    pub attempts: i32,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    /// The node running it (while it runs).
+    pub node: Option<String>,
+}
+
+/// What [`cancel_plan`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cancel {
+    NotFound,
+    /// The plan had already ended, in this state.
+    Finished(String),
+    /// Cancelled now; these attempts lost their leases (their nodes stop
+    /// them; whatever they write later is refused).
+    Cancelled {
+        revoked: Vec<i64>,
+    },
+}
+
+/// A fresh plan id (ids are never reused, also when a submit then fails).
+pub async fn next_plan_id(shared: &Shared) -> Result<i64, PgError> {
+    let c = shared.client().await?;
+    Ok(c.query_one("SELECT nextval('flyto_plan_ids')", &[])
+        .await
+        .map_err(shared.query_err("taking a plan id"))?
+        .get(0))
+}
+
+/// Inserts a plan and its steps (ready, or waiting for their deps) in one
+/// transaction, and tells the nodes there is work.
+pub async fn insert_plan(shared: &Shared, plan: &NewPlan) -> Result<Inserted, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("submitting a plan");
+    let tx = c.transaction().await.map_err(&err)?;
+    let inserted = tx
+        .execute(
+            "INSERT INTO flyto_plans (id, state, record, idempotency_key, name)
+             VALUES ($1, 'pending', $2, $3, $4)
+             ON CONFLICT (idempotency_key) DO NOTHING",
+            &[&plan.id, &plan.record, &plan.idempotency_key, &plan.name],
+        )
+        .await
+        .map_err(&err)?;
+    if inserted == 0 {
+        let row = tx
+            .query_one(
+                "SELECT id, record FROM flyto_plans WHERE idempotency_key = $1",
+                &[&plan.idempotency_key],
+            )
+            .await
+            .map_err(&err)?;
+        return Ok(Inserted::Existing {
+            id: row.get(0),
+            record: row.get(1),
+        });
+    }
+    let insert = tx
+        .prepare(
+            "INSERT INTO flyto_steps (plan, step, position, deps, state, max_attempts,
+                 retry_on_lease_loss)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .await
+        .map_err(&err)?;
+    for (i, s) in plan.steps.iter().enumerate() {
+        let state = if s.deps.is_empty() {
+            "ready"
+        } else {
+            "waiting"
+        };
+        tx.execute(
+            &insert,
+            &[
+                &plan.id,
+                &s.step,
+                &(i as i32),
+                &s.deps,
+                &state,
+                &s.max_attempts,
+                &s.retry_on_lease_loss,
+            ],
+        )
+        .await
+        .map_err(&err)?;
+    }
+    tx.execute("SELECT pg_notify($1, '')", &[&WORK_CHANNEL])
+        .await
+        .map_err(&err)?;
+    tx.commit().await.map_err(&err)?;
+    Ok(Inserted::New)
+}
+
+const PLAN_COLUMNS: &str = "id, state, record, reason,
+     (extract(epoch FROM started_at) * 1000)::bigint,
+     (extract(epoch FROM finished_at) * 1000)::bigint, revision";
+
+fn plan_row(r: &tokio_postgres::Row) -> PlanRow {
+    PlanRow {
+        id: r.get(0),
+        state: r.get(1),
+        record: r.get(2),
+        reason: r.get(3),
+        started_ms: r.get(4),
+        finished_ms: r.get(5),
+        revision: r.get(6),
+        steps: Vec::new(),
+    }
+}
+
+/// The steps of `plans`, each plan's in its order.
+async fn steps_of(
+    shared: &Shared,
+    c: &impl GenericClient,
+    rows: &mut [PlanRow],
+) -> Result<(), PgError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = rows.iter().map(|p| p.id).collect();
+    let steps = c
+        .query(
+            "SELECT plan, step, state, attempts, exit_code, error, output, stderr,
+                 (extract(epoch FROM started_at) * 1000)::bigint,
+                 (extract(epoch FROM finished_at) * 1000)::bigint, lease_node
+             FROM flyto_steps WHERE plan = ANY($1) ORDER BY plan, position",
+            &[&ids],
+        )
+        .await
+        .map_err(shared.query_err("reading steps"))?;
+    for s in &steps {
+        let plan: i64 = s.get(0);
+        if let Some(p) = rows.iter_mut().find(|p| p.id == plan) {
+            p.steps.push(StepStatus {
+                step: s.get(1),
+                state: s.get(2),
+                attempts: s.get(3),
+                exit_code: s.get(4),
+                error: s.get(5),
+                stdout: s.get(6),
+                stderr: s.get(7),
+                started_ms: s.get(8),
+                finished_ms: s.get(9),
+                node: s.get(10),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub async fn get_plan(shared: &Shared, id: i64) -> Result<Option<PlanRow>, PgError> {
+    let c = shared.client().await?;
+    let row = c
+        .query_opt(
+            &format!("SELECT {PLAN_COLUMNS} FROM flyto_plans WHERE id = $1"),
+            &[&id],
+        )
+        .await
+        .map_err(shared.query_err("reading a plan"))?;
+    let mut rows: Vec<PlanRow> = row.iter().map(plan_row).collect();
+    steps_of(shared, &**c, &mut rows).await?;
+    Ok(rows.pop())
+}
+
+/// Newest first; every plan when `state` is `None`.
+pub async fn list_plans(
+    shared: &Shared,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<Vec<PlanRow>, PgError> {
+    let c = shared.client().await?;
+    let rows = c
+        .query(
+            &format!(
+                "SELECT {PLAN_COLUMNS} FROM flyto_plans
+                 WHERE $1::text IS NULL OR state = $1 ORDER BY id DESC LIMIT $2"
+            ),
+            &[&state, &limit],
+        )
+        .await
+        .map_err(shared.query_err("listing plans"))?;
+    let mut rows: Vec<PlanRow> = rows.iter().map(plan_row).collect();
+    steps_of(shared, &**c, &mut rows).await?;
+    Ok(rows)
+}
+
+pub async fn count_plans(shared: &Shared, state: Option<&str>) -> Result<i64, PgError> {
+    let c = shared.client().await?;
+    Ok(c.query_one(
+        "SELECT count(*) FROM flyto_plans WHERE $1::text IS NULL OR state = $1",
+        &[&state],
+    )
+    .await
+    .map_err(shared.query_err("counting plans"))?
+    .get(0))
+}
+
+/// Ids of the plans named `name`, newest first.
+pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<i64>, PgError> {
+    let c = shared.client().await?;
+    let rows = c
+        .query(
+            "SELECT id FROM flyto_plans WHERE name = $1 ORDER BY id DESC",
+            &[&name],
+        )
+        .await
+        .map_err(shared.query_err("finding plans by name"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Cancels a plan: its steps that have not run are cancelled, and those
+/// running lose their leases (their nodes stop them; their later writes
+/// are refused).
+pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cancel, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("cancelling a plan");
+    let tx = c.transaction().await.map_err(&err)?;
+    let Some(row) = tx
+        .query_opt(
+            "SELECT state FROM flyto_plans WHERE id = $1 FOR UPDATE",
+            &[&id],
+        )
+        .await
+        .map_err(&err)?
+    else {
+        return Ok(Cancel::NotFound);
+    };
+    let state: String = row.get(0);
+    if matches!(state.as_str(), "succeeded" | "failed" | "cancelled") {
+        return Ok(Cancel::Finished(state));
+    }
+    let revoked = tx
+        .query(
+            "WITH old AS (
+                 SELECT step, lease_token FROM flyto_steps
+                 WHERE plan = $1 AND state IN ('waiting', 'ready', 'running')
+                 FOR UPDATE
+             )
+             UPDATE flyto_steps s
+             SET state = 'cancelled', error = $2, finished_at = now(),
+                 lease_token = NULL, lease_node = NULL, lease_until = NULL
+             FROM old WHERE s.plan = $1 AND s.step = old.step
+             RETURNING old.lease_token",
+            &[&id, &reason],
+        )
+        .await
+        .map_err(&err)?;
+    let revoked: Vec<i64> = revoked
+        .iter()
+        .filter_map(|r| r.get::<_, Option<i64>>(0))
+        .collect();
+    tx.execute(
+        "UPDATE flyto_attempts SET finished_at = now(), outcome = 'cancelled'
+         WHERE token = ANY($1)",
+        &[&revoked],
+    )
+    .await
+    .map_err(&err)?;
+    tx.execute(
+        "UPDATE flyto_plans SET state = 'cancelled', reason = $2, finished_at = now(),
+             revision = revision + 1
+         WHERE id = $1",
+        &[&id, &reason],
+    )
+    .await
+    .map_err(&err)?;
+    tx.execute(
+        "SELECT pg_notify($1, $2)",
+        &[&PLANS_CHANNEL, &id.to_string()],
+    )
+    .await
+    .map_err(&err)?;
+    tx.commit().await.map_err(&err)?;
+    Ok(Cancel::Cancelled { revoked })
+}
+
+/// Moves plan `plan` on after one of its steps changed, in that change's
+/// transaction: steps whose dependencies all succeeded become ready, steps
+/// behind one that did not are skipped, and once no step is left to run
+/// the plan ends (succeeded when every step did). Bumps the revision and
+/// tells watchers; tells nodes when steps became ready.
+pub(super) async fn settle(
+    shared: &Shared,
+    tx: &tokio_postgres::Transaction<'_>,
+    plan: i64,
+) -> Result<(), PgError> {
+    let err = shared.query_err("moving a plan on");
+    let ready = tx
+        .execute(
+            "UPDATE flyto_steps w SET state = 'ready'
+             WHERE w.plan = $1 AND w.state = 'waiting'
+               AND NOT EXISTS (
+                   SELECT 1 FROM unnest(w.deps) AS d(step)
+                   WHERE NOT EXISTS (
+                       SELECT 1 FROM flyto_steps s
+                       WHERE s.plan = $1 AND s.step = d.step AND s.state = 'succeeded'))",
+            &[&plan],
+        )
+        .await
+        .map_err(&err)?;
+    // Skipping is transitive: a plan has at most `max_steps` steps, and
+    // each round skips at least one.
+    loop {
+        let skipped = tx
+            .execute(
+                "UPDATE flyto_steps w
+                 SET state = 'skipped', finished_at = now(),
+                     error = 'a step it depends on did not succeed'
+                 WHERE w.plan = $1 AND w.state = 'waiting'
+                   AND EXISTS (
+                       SELECT 1 FROM unnest(w.deps) AS d(step)
+                       JOIN flyto_steps s ON s.plan = $1 AND s.step = d.step
+                       WHERE s.state IN ('failed', 'skipped', 'cancelled'))",
+                &[&plan],
+            )
+            .await
+            .map_err(&err)?;
+        if skipped == 0 {
+            break;
+        }
+    }
+    tx.execute(
+        "UPDATE flyto_plans p SET
+             revision = revision + 1,
+             state = CASE
+                 WHEN p.state IN ('succeeded', 'failed', 'cancelled') THEN p.state
+                 WHEN NOT EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
+                                  AND s.state IN ('waiting', 'ready', 'running'))
+                 THEN CASE WHEN EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
+                                        AND s.state <> 'succeeded')
+                           THEN 'failed' ELSE 'succeeded' END
+                 WHEN EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
+                              AND s.started_at IS NOT NULL) THEN 'running'
+                 ELSE p.state END,
+             started_at = coalesce(p.started_at,
+                 (SELECT min(started_at) FROM flyto_steps s WHERE s.plan = $1))
+         WHERE p.id = $1",
+        &[&plan],
+    )
+    .await
+    .map_err(&err)?;
+    tx.execute(
+        "UPDATE flyto_plans SET finished_at = now()
+         WHERE id = $1 AND finished_at IS NULL AND state IN ('succeeded', 'failed', 'cancelled')",
+        &[&plan],
+    )
+    .await
+    .map_err(&err)?;
+    tx.execute(
+        "SELECT pg_notify($1, $2)",
+        &[&PLANS_CHANNEL, &plan.to_string()],
+    )
+    .await
+    .map_err(&err)?;
+    if ready > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&WORK_CHANNEL])
+            .await
+            .map_err(&err)?;
+    }
+    Ok(())
+}
