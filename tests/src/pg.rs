@@ -389,3 +389,19 @@ pub async fn fresh(pg: &TestPostgres, name: &str) -> flyto_actors::store::postgr
         .unwrap_or_else(|e| panic!("cannot migrate the test database: {e}"));
     shared
 }
+
+/// Makes every running step's lease run out now (by the database's clock),
+/// as if its node had stopped heartbeating long ago.
+pub async fn expire_leases(shared: &flyto_actors::store::postgres::Shared) {
+    shared
+        .client()
+        .await
+        .unwrap_or_else(|e| panic!("no connection: {e}"))
+        .execute(
+            "UPDATE flyto_steps SET lease_until = now() - interval '1 second'
+             WHERE state = 'running'",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("cannot expire the leases: {e}"));
+}

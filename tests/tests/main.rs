@@ -16,6 +16,7 @@ mod guards;
 mod jobs;
 mod lifecycle;
 mod memory;
+mod pg_cluster;
 mod pg_harness;
 mod pg_plans;
 mod plans;

@@ -9,7 +9,7 @@
 use flyto_actors::store::postgres::Shared;
 use flyto_actors::store::postgres::claims::{self, StepEnd};
 use flyto_actors::store::postgres::plans::{self, Cancel, Inserted, NewPlan, NewStep, PlanRow};
-use flyto_tests::pg::{TestPostgres, fresh, runtime};
+use flyto_tests::pg::{TestPostgres, expire_leases, fresh, runtime};
 use std::collections::HashSet;
 
 fn step(id: &str, deps: &[&str]) -> NewStep {
@@ -229,17 +229,7 @@ fn a_step_whose_lease_ran_out_fails_its_plan_when_it_may_not_run_again() {
         let shared = fresh(&pg, "lease").await;
         let (id, _) = submit(&shared, vec![step("a", &[]), step("b", &["a"])], None).await;
         let running = claim(&shared, "n1").await;
-        shared
-            .client()
-            .await
-            .unwrap()
-            .execute(
-                "UPDATE flyto_steps SET lease_until = now() - interval '1 second'
-                 WHERE state = 'running'",
-                &[],
-            )
-            .await
-            .unwrap();
+        expire_leases(&shared).await;
         let swept = claims::sweep(&shared).await.unwrap().unwrap();
         assert_eq!(swept, [(id, "a".to_string(), running[0].1)]);
         let p = plan(&shared, id).await;
@@ -293,5 +283,37 @@ fn keys_names_and_ids_hold_across_nodes() {
             .collect();
         assert_eq!(listed, [second]);
         assert!(plans::get_plan(&shared, 999_999).await.unwrap().is_none());
+    });
+}
+
+#[test]
+fn last_steps_ending_at_once_on_several_nodes_still_end_their_plan() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "skew").await;
+        let mut nodes = Vec::new();
+        for i in 0..4 {
+            nodes.push(
+                Shared::connect(&pg.url_for("skew"), &format!("test-{i}"))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let ok = StepEnd::succeeded();
+        for _ in 0..30 {
+            let steps = ["a", "b", "c", "d"].map(|s| step(s, &[])).to_vec();
+            let (id, _) = submit(&shared, steps, None).await;
+            let all = claim(&shared, "n1").await;
+            assert_eq!(all.len(), 4);
+            // Each node reports its step at the same moment.
+            let reports = all
+                .iter()
+                .zip(&nodes)
+                .map(|((_, token), node)| claims::complete(node, *token, &ok));
+            for r in futures_util::future::join_all(reports).await {
+                assert!(r.unwrap());
+            }
+            assert_eq!(plan(&shared, id).await.state, "succeeded");
+        }
     });
 }

@@ -9,7 +9,7 @@
 
 use flyto_actors::store::postgres::claims::{self, StepRow};
 use flyto_actors::store::postgres::{LATEST, PgError, Shared, fires, migrate};
-use flyto_tests::pg::{TestPostgres, fresh, runtime};
+use flyto_tests::pg::{TestPostgres, expire_leases, fresh, runtime};
 use std::collections::HashSet;
 
 async fn count(shared: &Shared, sql: &str) -> i64 {
@@ -206,16 +206,7 @@ fn a_lost_lease_is_swept_once_and_its_stale_token_changes_nothing() {
         assert_eq!(first.len(), 1);
         let old = first[0].token;
         // node-1 stops heartbeating; its lease runs out (by the database's clock).
-        shared
-            .client()
-            .await
-            .unwrap()
-            .execute(
-                "UPDATE flyto_steps SET lease_until = now() - interval '1 second'",
-                &[],
-            )
-            .await
-            .unwrap();
+        expire_leases(&shared).await;
         // Two nodes sweep at once: one wins, the step is rescued once.
         let (a, b) = tokio::join!(claims::sweep(&shared), claims::sweep(&shared));
         let rescued: Vec<_> = [a.unwrap(), b.unwrap()]
@@ -293,16 +284,7 @@ fn a_step_out_of_attempts_fails_with_lease_lost() {
         .await
         .unwrap();
         claims::claim(&shared, "node-1", 1).await.unwrap();
-        shared
-            .client()
-            .await
-            .unwrap()
-            .execute(
-                "UPDATE flyto_steps SET lease_until = now() - interval '1 second'",
-                &[],
-            )
-            .await
-            .unwrap();
+        expire_leases(&shared).await;
         claims::sweep(&shared).await.unwrap();
         let row = shared
             .client()

@@ -10,6 +10,7 @@
 //! continuations. It never sees a connection; the daemon translates.
 
 pub mod agent_step;
+pub mod cluster;
 pub mod dag;
 pub mod jobs;
 pub mod jobs_actor;
@@ -18,6 +19,7 @@ pub mod reader;
 pub mod schedule;
 pub mod schedule_tools;
 pub mod scheduler;
+pub mod shared;
 pub mod store;
 pub mod validate;
 

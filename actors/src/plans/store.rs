@@ -268,18 +268,27 @@ impl SledPlanStore {
     }
 
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
-        decode_record(
-            PlanKey(id),
-            bytes,
-            PLAN_FORMAT_VERSION,
-            |found, body| match found {
-                1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
-                2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
-                3 => decode_body::<PlanRecordV3>(body).map(PlanRecord::from),
-                _ => Err(format!("no migration from plan format {found}")),
-            },
-        )
+        decode_plan_as(id, bytes)
     }
+}
+
+/// A plan record as any store holds it (the shared store too).
+pub fn decode_plan(bytes: &[u8]) -> Result<PlanRecord, StoreError> {
+    decode_plan_as(None, bytes)
+}
+
+fn decode_plan_as(id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
+    decode_record(
+        PlanKey(id),
+        bytes,
+        PLAN_FORMAT_VERSION,
+        |found, body| match found {
+            1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
+            2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
+            3 => decode_body::<PlanRecordV3>(body).map(PlanRecord::from),
+            _ => Err(format!("no migration from plan format {found}")),
+        },
+    )
 }
 
 fn record_key(id: u64) -> [u8; 9] {

@@ -291,6 +291,13 @@ pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cance
     let mut c = shared.client().await?;
     let err = shared.query_err("cancelling a plan");
     let tx = c.transaction().await.map_err(&err)?;
+    // Step rows before the plan row, as everywhere (see `settle`).
+    tx.execute(
+        "SELECT 1 FROM flyto_steps WHERE plan = $1 FOR UPDATE",
+        &[&id],
+    )
+    .await
+    .map_err(&err)?;
     let Some(row) = tx
         .query_opt(
             "SELECT state FROM flyto_plans WHERE id = $1 FOR UPDATE",
@@ -361,6 +368,16 @@ pub(super) async fn settle(
     plan: i64,
 ) -> Result<(), PgError> {
     let err = shared.query_err("moving a plan on");
+    // One settle per plan at a time: two steps of a plan ending at once
+    // on two nodes would otherwise each see the other still running, and
+    // neither would end the plan. Locks go step rows first, then the plan
+    // row, in every transaction (claim, complete, sweep, cancel).
+    tx.execute(
+        "SELECT 1 FROM flyto_plans WHERE id = $1 FOR UPDATE",
+        &[&plan],
+    )
+    .await
+    .map_err(&err)?;
     let ready = tx
         .execute(
             "UPDATE flyto_steps w SET state = 'ready'

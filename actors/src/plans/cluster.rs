@@ -1,0 +1,375 @@
+//! One node's share of the plans on the shared store. The runner claims
+//! ready steps up to its free slots (woken by LISTEN/NOTIFY, or by its
+//! poll when a notification is lost), runs each attempt through a
+//! [`Launch`], keeps the attempts' leases, reports each outcome under its
+//! fencing token, sweeps expired leases every few seconds (whichever node
+//! wins the advisory lock), and stops an attempt as soon as its lease is
+//! lost: rescued, cancelled, or the node could not reach the database
+//! long enough that it must fence itself. It holds no plan beyond the
+//! attempts it runs; the database is the only source of truth.
+//!
+//! It may not touch the node's own (sled) store or the one-machine
+//! scheduler's state.
+
+use super::model::{PlanRecord, StepAction, StepRecord, format_id};
+use super::store::decode_plan;
+use crate::store::postgres::claims::{self, Claim, Fence, KeeperTimes, LeaseKeeper, StepEnd};
+use crate::store::postgres::listen::Listener;
+use crate::store::postgres::plans::{self, PLANS_CHANNEL, WORK_CHANNEL};
+use crate::store::postgres::{PgError, Shared};
+use crate::tools::env::child_env;
+use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
+use futures_util::future::BoxFuture;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+
+/// Runs one attempt to its end; `cancel` firing (or dropped) stops it.
+pub trait Launch: Send + Sync + 'static {
+    fn launch(
+        &self,
+        plan: &PlanRecord,
+        step: &StepRecord,
+        token: i64,
+        cancel: oneshot::Receiver<CancelReason>,
+    ) -> BoxFuture<'static, Outcome>;
+}
+
+/// Runs `run` steps as process groups, as the one-machine scheduler does.
+pub struct ProcessLaunch {
+    pub kill_grace: Duration,
+    pub log_dir: Option<PathBuf>,
+    pub log_max: u64,
+    pub tail_max: usize,
+}
+
+impl Launch for ProcessLaunch {
+    fn launch(
+        &self,
+        plan: &PlanRecord,
+        step: &StepRecord,
+        token: i64,
+        cancel: oneshot::Receiver<CancelReason>,
+    ) -> BoxFuture<'static, Outcome> {
+        let StepAction::Run { command } = &step.action else {
+            let refused = Outcome {
+                exit: Exit::SpawnFailed(
+                    "agent steps do not run on the shared store yet: run the plan on a node with the sled store".into(),
+                ),
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                log_truncated: false,
+            };
+            return Box::pin(async move { refused });
+        };
+        let id = format_id(plan.id);
+        let mut extra = step.env.clone();
+        extra.extend([
+            ("FLYTO_PLAN_ID".to_string(), id.clone()),
+            ("FLYTO_CHAIN".to_string(), plan.chain.clone()),
+            ("FLYTO_STEP".to_string(), step.id.clone()),
+            // The fencing token of this attempt: what its writes present.
+            ("FLYTO_ATTEMPT".to_string(), token.to_string()),
+        ]);
+        let log_path = self.log_dir.as_ref().and_then(|d| {
+            let dir = d.join(&id);
+            std::fs::create_dir_all(&dir)
+                .ok()
+                .map(|_| dir.join(format!("{}.{token}.log", step.id)))
+        });
+        let spec = CommandSpec {
+            command: command.clone(),
+            workdir: step.workdir.clone().into(),
+            env: child_env(std::env::vars(), &extra),
+            timeout: Duration::from_secs(step.timeout_secs),
+            kill_grace: self.kill_grace,
+            log_path,
+            log_max: self.log_max,
+            tail_max: self.tail_max,
+            confined: plan.depth >= 1,
+            sandbox: plan.sandbox_of(&step.id).filter(|b| !b.is_off()).cloned(),
+        };
+        Box::pin(process::run(spec, cancel, |_| {}))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// This node's id (new at every process start).
+    pub node: String,
+    /// Attempts this node runs at once.
+    pub slots: usize,
+    /// The fallback poll, for a notification that never came.
+    pub poll_every: Duration,
+    pub sweep_every: Duration,
+    pub keeper: KeeperTimes,
+}
+
+/// The attempts this node runs: how to stop each.
+type Running = Arc<Mutex<HashMap<i64, oneshot::Sender<CancelReason>>>>;
+
+fn running_lock(
+    r: &Running,
+) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<CancelReason>>> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Stops the attempts the keeper says are no longer this node's.
+struct Stopper(Running);
+
+impl Fence for Stopper {
+    fn lost(&self, tokens: &[i64]) {
+        stop(&self.0, tokens);
+    }
+
+    fn fence(&self, tokens: &[i64]) {
+        stop(&self.0, tokens);
+    }
+}
+
+fn stop(running: &Running, tokens: &[i64]) {
+    let mut r = running_lock(running);
+    for t in tokens {
+        if let Some(tx) = r.remove(t) {
+            let _ = tx.send(CancelReason::User);
+        }
+    }
+}
+
+/// A node's runner. Dropping it is the node's death: its loops stop, its
+/// attempts are killed and nothing more is reported (their leases run out
+/// and the sweep takes their steps).
+pub struct Runner {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    running: Running,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in &self.tasks {
+            t.abort();
+        }
+        // Dropped senders stop their attempts.
+        running_lock(&self.running).clear();
+    }
+}
+
+impl Runner {
+    pub fn start(shared: Shared, config: RunnerConfig, launch: Arc<dyn Launch>) -> Runner {
+        let running: Running = Arc::default();
+        let dead: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let keeper = Arc::new(LeaseKeeper::start(
+            shared.clone(),
+            config.node.clone(),
+            config.keeper,
+            Arc::new(Stopper(running.clone())),
+        ));
+        let freed = Arc::new(Notify::new());
+        let work = Listener::start(&shared, WORK_CHANNEL, config.poll_every);
+        let changes = Listener::start(&shared, PLANS_CHANNEL, config.poll_every);
+        let claim_loop = {
+            let (shared, config, running, freed, dead) = (
+                shared.clone(),
+                config.clone(),
+                running.clone(),
+                freed.clone(),
+                dead.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let free = config.slots.saturating_sub(running_lock(&running).len());
+                    if free > 0 {
+                        match claims::claim(&shared, &config.node, free as i64).await {
+                            Ok(claimed) => {
+                                for c in claimed {
+                                    let node = Node {
+                                        shared: &shared,
+                                        keeper: &keeper,
+                                        running: &running,
+                                        freed: &freed,
+                                        launch: &launch,
+                                        dead: &dead,
+                                    };
+                                    start_attempt(node, c);
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(node = %config.node, error = %e, "cannot claim steps")
+                            }
+                        }
+                    }
+                    tokio::select! {
+                        _ = work.woken() => {}
+                        _ = freed.notified() => {}
+                    }
+                }
+            })
+        };
+        // A cancel revokes leases; hear of it now rather than at the next
+        // heartbeat.
+        let cancel_watch = {
+            let (shared, running) = (shared.clone(), running.clone());
+            tokio::spawn(async move {
+                loop {
+                    changes.woken().await;
+                    let mine: Vec<i64> = running_lock(&running).keys().copied().collect();
+                    if mine.is_empty() {
+                        continue;
+                    }
+                    if let Ok(held) = still_held(&shared, &mine).await {
+                        let gone: Vec<i64> =
+                            mine.into_iter().filter(|t| !held.contains(t)).collect();
+                        stop(&running, &gone);
+                    }
+                }
+            })
+        };
+        let sweeper = {
+            let (shared, node) = (shared.clone(), config.node.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(config.sweep_every);
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = claims::sweep(&shared).await {
+                        tracing::warn!(node = %node, error = %e, "cannot sweep expired leases");
+                    }
+                }
+            })
+        };
+        Runner {
+            tasks: vec![claim_loop, cancel_watch, sweeper],
+            running,
+            dead,
+        }
+    }
+
+    /// Attempts running on this node now.
+    pub fn running(&self) -> usize {
+        running_lock(&self.running).len()
+    }
+}
+
+/// Which of `tokens` still hold their steps.
+async fn still_held(shared: &Shared, tokens: &[i64]) -> Result<Vec<i64>, PgError> {
+    let c = shared.client().await?;
+    let rows = c
+        .query(
+            "SELECT lease_token FROM flyto_steps WHERE lease_token = ANY($1) AND state = 'running'",
+            &[&tokens],
+        )
+        .await
+        .map_err(shared.query_err("checking leases"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// What an attempt needs of its node.
+struct Node<'a> {
+    shared: &'a Shared,
+    keeper: &'a Arc<LeaseKeeper>,
+    running: &'a Running,
+    freed: &'a Arc<Notify>,
+    launch: &'a Arc<dyn Launch>,
+    dead: &'a Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn start_attempt(node: Node<'_>, claim: Claim) {
+    let (tx, rx) = oneshot::channel();
+    running_lock(node.running).insert(claim.token, tx);
+    node.keeper.hold(claim.token);
+    let (shared, keeper, running, freed, launch, dead) = (
+        node.shared.clone(),
+        node.keeper.clone(),
+        node.running.clone(),
+        node.freed.clone(),
+        node.launch.clone(),
+        node.dead.clone(),
+    );
+    tokio::spawn(async move {
+        let end = match plan_and_step(&shared, &claim).await {
+            Ok((plan, step)) => end_of(launch.launch(&plan, &step, claim.token, rx).await, &step),
+            Err(why) => StepEnd::failed(&why),
+        };
+        if dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        report(&shared, claim.token, &end).await;
+        keeper.release(claim.token);
+        running_lock(&running).remove(&claim.token);
+        freed.notify_one();
+    });
+}
+
+async fn plan_and_step(shared: &Shared, claim: &Claim) -> Result<(PlanRecord, StepRecord), String> {
+    let row = plans::get_plan(shared, claim.plan)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("plan {} is gone from the database", claim.plan))?;
+    let plan = decode_plan(&row.record).map_err(|e| e.to_string())?;
+    let step = plan
+        .steps
+        .iter()
+        .find(|s| s.id == claim.step)
+        .cloned()
+        .ok_or_else(|| format!("step `{}` is not in its plan's record", claim.step))?;
+    Ok((plan, step))
+}
+
+fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
+    let (succeeded, exit_code, error) = match outcome.exit {
+        Exit::Code(0) => (true, Some(0), None),
+        Exit::Code(n) => (false, Some(n), Some(format!("exit status {n}"))),
+        Exit::Signal(s) => (false, None, Some(format!("killed by signal {s}"))),
+        Exit::TimedOut => (
+            false,
+            None,
+            Some(format!("timed out after {} s", step.timeout_secs)),
+        ),
+        Exit::Cancelled(CancelReason::User) => (false, None, Some("cancelled".into())),
+        Exit::Cancelled(CancelReason::Shutdown) => (
+            false,
+            None,
+            Some("interrupted: flytod is shutting down".into()),
+        ),
+        Exit::SpawnFailed(why) => (false, None, Some(why)),
+    };
+    StepEnd {
+        succeeded,
+        exit_code,
+        error,
+        stdout: outcome.stdout_tail,
+        stderr: outcome.stderr_tail,
+    }
+}
+
+/// Reports an attempt's end, retrying while the database is away (the
+/// sweep takes the step once the lease runs out, and then this report is
+/// refused, as every stale one is).
+async fn report(shared: &Shared, token: i64, end: &StepEnd) {
+    let mut backoff = Duration::from_millis(100);
+    let give_up = tokio::time::Instant::now() + claims::LEASE;
+    loop {
+        match claims::complete(shared, token, end).await {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::info!(
+                    token,
+                    "an attempt's report was refused: its lease was lost (rescued or cancelled)"
+                );
+                return;
+            }
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                tracing::warn!(token, error = %e, "cannot report an attempt; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                tracing::error!(token, error = %e, "gave up reporting an attempt: its lease has run out");
+                return;
+            }
+        }
+    }
+}
