@@ -2,7 +2,8 @@
 //! its own pool, running real process groups: every step of every plan
 //! runs once, after its dependencies; a cancel from any node stops the
 //! step where it runs; a node that dies mid-step leaves its step to the
-//! sweep, which fails a step that may not run twice with `lease lost`.
+//! sweep, which fails a step that may not run twice with `lease lost`; a
+//! node cut off from the database kills its own steps (self-fencing).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -231,5 +232,46 @@ fn a_step_of_a_node_that_died_fails_with_lease_lost_and_runs_nowhere_else() {
         // A `run` step may not be idempotent: it did not run again.
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
         assert_eq!(n2.running(), 0);
+    });
+}
+
+#[test]
+fn a_node_cut_off_from_the_database_stops_its_own_steps_before_its_leases_expire() {
+    let pg = TestPostgres::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let done = tmp.path().join("done");
+    runtime().block_on(async {
+        let shared = fresh(&pg, "fence").await;
+        // Heartbeats every 200 ms; fenced after 600 ms without one.
+        let n1 = node(&pg, "fence", "n1", Duration::from_millis(200)).await;
+        let run = format!("sleep 20; touch {}", done.display());
+        submit(&shared, record(&[("a", &[], run)], tmp.path())).await;
+        until("the step to start", Duration::from_secs(30), async || {
+            n1.running() == 1
+        })
+        .await;
+        // The database goes away: no heartbeat gets through.
+        pg.stop();
+        until(
+            "the node to fence itself",
+            Duration::from_secs(30),
+            async || n1.running() == 0,
+        )
+        .await;
+        // Its process group is killed: the command never finishes.
+        let pattern = format!("touch {}", done.display());
+        until(
+            "the step's process to be gone",
+            Duration::from_secs(30),
+            async || {
+                let out = std::process::Command::new("pgrep")
+                    .args(["-f", &pattern])
+                    .output()
+                    .unwrap();
+                out.stdout.is_empty()
+            },
+        )
+        .await;
+        assert!(!done.exists());
     });
 }
