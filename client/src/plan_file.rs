@@ -228,6 +228,7 @@ pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
         workdir,
         env: Default::default(),
         sandbox: None,
+        idempotent: false,
     };
     let plan = PlanSpec {
         name: opts.name,

@@ -49,4 +49,4 @@ pub use types::*;
 /// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
 /// and step `sandbox`, `DaemonStats::sandbox`; 5: memory and skills:
 /// `skill_list`, `skill_show`, `skill_reload`, `memory_*`).
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;

@@ -1184,6 +1184,10 @@ pub struct StepSpec {
     /// This step's sandbox profile, over the plan's.
     #[serde(default)]
     pub sandbox: Option<String>,
+    /// Running it twice does no harm: on the shared store, a step whose
+    /// node was lost mid-run runs again elsewhere (agent steps always may).
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -275,3 +275,65 @@ fn a_node_cut_off_from_the_database_stops_its_own_steps_before_its_leases_expire
         assert!(!done.exists());
     });
 }
+
+#[test]
+fn an_idempotent_step_of_a_node_that_died_runs_again_on_another() {
+    let pg = TestPostgres::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("starts");
+    runtime().block_on(async {
+        let shared = fresh(&pg, "again").await;
+        let n1 = node(&pg, "again", "n1", Duration::from_secs(1)).await;
+        // The first attempt hangs; the second finds the first's line and ends.
+        let run = format!(
+            "echo \"$FLYTO_ATTEMPT\" >> {log}; [ $(wc -l < {log}) -ge 2 ] || sleep 30",
+            log = log.display()
+        );
+        let mut rec = record(&[("a", &[], run)], tmp.path());
+        rec.steps[0].idempotent = true;
+        rec.steps[0].max_attempts = 2;
+        let id = submit(&shared, rec).await;
+        until("the first attempt", Duration::from_secs(30), async || {
+            log.exists()
+        })
+        .await;
+        drop(n1);
+        let n2 = node(&pg, "again", "n2", Duration::from_secs(1)).await;
+        expire_leases(&shared).await;
+        until(
+            "the plan to succeed on n2",
+            Duration::from_secs(30),
+            async || plans::get_plan(&shared, id).await.unwrap().unwrap().state == "succeeded",
+        )
+        .await;
+        let rec = shared::record_of(&plans::get_plan(&shared, id).await.unwrap().unwrap()).unwrap();
+        assert_eq!(rec.steps[0].attempts, 2);
+        // Two attempts under two tokens: the rescued one and its successor.
+        let tokens: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(tokens.len(), 2);
+        assert_ne!(tokens[0], tokens[1]);
+        let c = shared.client().await.unwrap();
+        let outcomes: Vec<(String, String)> = c
+            .query(
+                "SELECT node, outcome FROM flyto_attempts ORDER BY token",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("n1".to_string(), "lease lost".to_string()),
+                ("n2".to_string(), "succeeded".to_string())
+            ]
+        );
+        drop(n2);
+    });
+}

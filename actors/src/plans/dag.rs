@@ -98,6 +98,7 @@ mod tests {
             pgid: None,
             has_log: false,
             env: Vec::new(),
+            idempotent: false,
         }
     }
 

@@ -5,8 +5,8 @@ use flyto_protocol::{PlanSpec, PlanState, PlanSummary, PlanView, StepSpec, StepS
 use serde::{Deserialize, Serialize};
 
 /// Bump with a migration in `store.rs` when a record's shape changes.
-/// 4: the steps' confinement (`sandboxes`).
-pub const PLAN_FORMAT_VERSION: u32 = 4;
+/// 4: the steps' confinement (`sandboxes`). 5: steps' `idempotent`.
+pub const PLAN_FORMAT_VERSION: u32 = 5;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
@@ -37,6 +37,46 @@ impl PlanRecord {
     }
 }
 
+/// Format 4, before steps could be idempotent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecordV4 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub state: PlanState,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub revision: u64,
+    pub idempotency_key: Option<String>,
+    pub steps: Vec<StepRecordV3>,
+    pub chain: String,
+    pub depth: u32,
+    pub restarted_from: Option<u64>,
+    pub sandboxes: Vec<(String, SandboxSpec)>,
+}
+
+impl From<PlanRecordV4> for PlanRecord {
+    fn from(v4: PlanRecordV4) -> PlanRecord {
+        PlanRecord {
+            id: v4.id,
+            name: v4.name,
+            state: v4.state,
+            reason: v4.reason,
+            created_ms: v4.created_ms,
+            started_ms: v4.started_ms,
+            finished_ms: v4.finished_ms,
+            revision: v4.revision,
+            idempotency_key: v4.idempotency_key,
+            steps: v4.steps.into_iter().map(StepRecord::from).collect(),
+            chain: v4.chain,
+            depth: v4.depth,
+            restarted_from: v4.restarted_from,
+            sandboxes: v4.sandboxes,
+        }
+    }
+}
+
 /// Format 3, before steps had a sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecordV3 {
@@ -49,7 +89,7 @@ pub struct PlanRecordV3 {
     pub finished_ms: Option<u64>,
     pub revision: u64,
     pub idempotency_key: Option<String>,
-    pub steps: Vec<StepRecord>,
+    pub steps: Vec<StepRecordV3>,
     pub chain: String,
     pub depth: u32,
     pub restarted_from: Option<u64>,
@@ -67,7 +107,7 @@ impl From<PlanRecordV3> for PlanRecord {
             finished_ms: v3.finished_ms,
             revision: v3.revision,
             idempotency_key: v3.idempotency_key,
-            steps: v3.steps,
+            steps: v3.steps.into_iter().map(StepRecord::from).collect(),
             chain: v3.chain,
             depth: v3.depth,
             restarted_from: v3.restarted_from,
@@ -191,6 +231,55 @@ pub struct StepRecord {
     /// Added in format 3: set in the step's environment (the plan's `env`
     /// under the step's own), sorted by name.
     pub env: Vec<(String, String)>,
+    /// Added in format 5: may run again after its node was lost mid-run.
+    pub idempotent: bool,
+}
+
+/// A step of formats 3 and 4.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecordV3 {
+    pub id: String,
+    pub action: StepAction,
+    pub deps: Vec<String>,
+    pub timeout_secs: u64,
+    pub max_attempts: u32,
+    pub workdir: String,
+    pub state: StepState,
+    pub attempts: u32,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub pgid: Option<i32>,
+    pub has_log: bool,
+    pub env: Vec<(String, String)>,
+}
+
+impl From<StepRecordV3> for StepRecord {
+    fn from(s: StepRecordV3) -> StepRecord {
+        StepRecord {
+            id: s.id,
+            action: s.action,
+            deps: s.deps,
+            timeout_secs: s.timeout_secs,
+            max_attempts: s.max_attempts,
+            workdir: s.workdir,
+            state: s.state,
+            attempts: s.attempts,
+            started_ms: s.started_ms,
+            finished_ms: s.finished_ms,
+            exit_code: s.exit_code,
+            error: s.error,
+            stdout_tail: s.stdout_tail,
+            stderr_tail: s.stderr_tail,
+            pgid: s.pgid,
+            has_log: s.has_log,
+            env: s.env,
+            idempotent: false,
+        }
+    }
 }
 
 /// A step of formats 1 and 2.
@@ -234,6 +323,7 @@ impl From<StepRecordV2> for StepRecord {
             pgid: s.pgid,
             has_log: s.has_log,
             env: Vec::new(),
+            idempotent: false,
         }
     }
 }
@@ -384,6 +474,7 @@ impl PlanRecord {
                         workdir: Some(s.workdir.clone()),
                         env: s.env.iter().cloned().collect(),
                         sandbox: self.sandbox_of(&s.id).map(|b| b.profile.name().to_string()),
+                        idempotent: s.idempotent,
                     }
                 })
                 .collect(),
@@ -444,6 +535,7 @@ mod tests {
             pgid: Some(9),
             has_log,
             env: vec![("A".into(), "1".into())],
+            idempotent: true,
         };
         let rec = PlanRecord {
             id: 7,

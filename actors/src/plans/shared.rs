@@ -39,9 +39,9 @@ pub async fn submit(shared: &Shared, mut rec: PlanRecord) -> Result<Submitted, P
                 step: s.id.clone(),
                 deps: s.deps.clone(),
                 max_attempts: s.max_attempts.min(i32::MAX as u32) as i32,
-                // An agent's turn is safe to run again: its session keeps
-                // what it did. A command may not be.
-                retry_on_lease_loss: matches!(s.action, StepAction::Agent { .. }),
+                // An agent's turn is safe to run again (its session keeps
+                // what it did); a command only when it says so.
+                retry_on_lease_loss: s.idempotent || matches!(s.action, StepAction::Agent { .. }),
             })
             .collect(),
     };

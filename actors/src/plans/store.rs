@@ -14,7 +14,9 @@
 //! (written before they existed) gets them from a scan of the state index
 //! at open.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2, PlanRecordV3};
+use super::model::{
+    PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2, PlanRecordV3, PlanRecordV4,
+};
 use crate::store::{
     AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
 };
@@ -286,6 +288,7 @@ fn decode_plan_as(id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreErro
             1 => decode_body::<PlanRecordV1>(body).map(PlanRecord::from),
             2 => decode_body::<PlanRecordV2>(body).map(PlanRecord::from),
             3 => decode_body::<PlanRecordV3>(body).map(PlanRecord::from),
+            4 => decode_body::<PlanRecordV4>(body).map(PlanRecord::from),
             _ => Err(format!("no migration from plan format {found}")),
         },
     )
@@ -633,6 +636,7 @@ mod tests {
                 pgid: None,
                 has_log: false,
                 env: Vec::new(),
+                idempotent: false,
             }],
             restarted_from: None,
             sandboxes: Vec::new(),
@@ -713,6 +717,51 @@ mod tests {
         assert!(store.recovery().replayed > 0, "{:?}", store.recovery());
         assert_eq!(counts(&s), FILLED);
         assert_eq!(index_counts(&s), FILLED);
+    }
+
+    #[test]
+    fn a_format_4_record_reads_with_steps_not_idempotent() {
+        use crate::plans::model::{PlanRecordV4, StepRecordV3};
+        let now = plan(3, PlanState::Pending);
+        let s = &now.steps[0];
+        let v4 = PlanRecordV4 {
+            id: now.id,
+            name: now.name.clone(),
+            state: now.state,
+            reason: None,
+            created_ms: now.created_ms,
+            started_ms: None,
+            finished_ms: None,
+            revision: 1,
+            idempotency_key: now.idempotency_key.clone(),
+            steps: vec![StepRecordV3 {
+                id: s.id.clone(),
+                action: s.action.clone(),
+                deps: vec![],
+                timeout_secs: s.timeout_secs,
+                max_attempts: s.max_attempts,
+                workdir: s.workdir.clone(),
+                state: s.state,
+                attempts: 0,
+                started_ms: None,
+                finished_ms: None,
+                exit_code: None,
+                error: None,
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                pgid: None,
+                has_log: false,
+                env: vec![("A".into(), "1".into())],
+            }],
+            chain: now.chain.clone(),
+            depth: 0,
+            restarted_from: None,
+            sandboxes: Vec::new(),
+        };
+        let read = decode_plan(&encode_record(4, &v4)).unwrap();
+        assert_eq!(read.steps[0].env, vec![("A".to_string(), "1".to_string())]);
+        assert!(!read.steps[0].idempotent);
+        assert_eq!(read.steps[0].id, s.id);
     }
 
     #[test]

@@ -160,6 +160,7 @@ pub fn validate_in(
             pgid: None,
             has_log: false,
             env: env.into_iter().collect(),
+            idempotent: step.idempotent,
         });
     }
     Ok(out)
