@@ -246,7 +246,12 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
         )
         .await
         .map_err(&err)?;
-        super::plans::settle(shared, &tx, plan).await?;
+        let moved = if end.succeeded {
+            super::plans::Moved::Succeeded
+        } else {
+            super::plans::Moved::Failed
+        };
+        super::plans::settle(shared, &tx, plan, moved).await?;
     }
     tx.commit().await.map_err(&err)?;
     Ok(plan.is_some())
@@ -306,7 +311,7 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
         plans.sort_unstable();
         plans.dedup();
         for plan in plans {
-            super::plans::settle(shared, &tx, plan).await?;
+            super::plans::settle(shared, &tx, plan, super::plans::Moved::Any).await?;
         }
         // Rescued steps that may run again are ready: say so.
         tx.execute("SELECT pg_notify($1, '')", &[&super::plans::WORK_CHANNEL])

@@ -357,6 +357,17 @@ pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cance
     Ok(Cancel::Cancelled { revoked })
 }
 
+/// What moved a plan's steps, for [`settle`]: what it has to look at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Moved {
+    /// A step succeeded: steps waiting for it may be ready.
+    Succeeded,
+    /// A step failed: steps behind it are skipped.
+    Failed,
+    /// Either (the sweep rescues and fails steps together).
+    Any,
+}
+
 /// Moves plan `plan` on after one of its steps changed, in that change's
 /// transaction: steps whose dependencies all succeeded become ready, steps
 /// behind one that did not are skipped, and once no step is left to run
@@ -366,82 +377,87 @@ pub(super) async fn settle(
     shared: &Shared,
     tx: &tokio_postgres::Transaction<'_>,
     plan: i64,
+    moved: Moved,
 ) -> Result<(), PgError> {
     let err = shared.query_err("moving a plan on");
     // One settle per plan at a time: two steps of a plan ending at once
     // on two nodes would otherwise each see the other still running, and
     // neither would end the plan. Locks go step rows first, then the plan
-    // row, in every transaction (claim, complete, sweep, cancel).
+    // row, in every transaction (claim, complete, sweep, cancel). The lock
+    // is its own statement: the statements after it see what the
+    // transaction it waited for committed.
     tx.execute(
         "SELECT 1 FROM flyto_plans WHERE id = $1 FOR UPDATE",
         &[&plan],
     )
     .await
     .map_err(&err)?;
-    let ready = tx
-        .execute(
-            "UPDATE flyto_steps w SET state = 'ready'
-             WHERE w.plan = $1 AND w.state = 'waiting'
-               AND NOT EXISTS (
-                   SELECT 1 FROM unnest(w.deps) AS d(step)
-                   WHERE NOT EXISTS (
-                       SELECT 1 FROM flyto_steps s
-                       WHERE s.plan = $1 AND s.step = d.step AND s.state = 'succeeded'))",
-            &[&plan],
-        )
-        .await
-        .map_err(&err)?;
-    // Skipping is transitive: a plan has at most `max_steps` steps, and
-    // each round skips at least one.
-    loop {
-        let skipped = tx
+    let mut ready = 0;
+    if moved != Moved::Failed {
+        ready = tx
             .execute(
-                "UPDATE flyto_steps w
-                 SET state = 'skipped', finished_at = now(),
-                     error = 'a step it depends on did not succeed'
+                "UPDATE flyto_steps w SET state = 'ready'
                  WHERE w.plan = $1 AND w.state = 'waiting'
-                   AND EXISTS (
+                   AND NOT EXISTS (
                        SELECT 1 FROM unnest(w.deps) AS d(step)
-                       JOIN flyto_steps s ON s.plan = $1 AND s.step = d.step
-                       WHERE s.state IN ('failed', 'skipped', 'cancelled'))",
+                       WHERE NOT EXISTS (
+                           SELECT 1 FROM flyto_steps s
+                           WHERE s.plan = $1 AND s.step = d.step AND s.state = 'succeeded'))",
                 &[&plan],
             )
             .await
             .map_err(&err)?;
-        if skipped == 0 {
-            break;
+    }
+    // Skipping is transitive: a plan has at most `max_steps` steps, and
+    // each round skips at least one.
+    if moved != Moved::Succeeded {
+        loop {
+            let skipped = tx
+                .execute(
+                    "UPDATE flyto_steps w
+                     SET state = 'skipped', finished_at = now(),
+                         error = 'a step it depends on did not succeed'
+                     WHERE w.plan = $1 AND w.state = 'waiting'
+                       AND EXISTS (
+                           SELECT 1 FROM unnest(w.deps) AS d(step)
+                           JOIN flyto_steps s ON s.plan = $1 AND s.step = d.step
+                           WHERE s.state IN ('failed', 'skipped', 'cancelled'))",
+                    &[&plan],
+                )
+                .await
+                .map_err(&err)?;
+            if skipped == 0 {
+                break;
+            }
         }
     }
+    // The plan's state from its steps', its revision, and the watchers
+    // told, in one statement.
     tx.execute(
-        "UPDATE flyto_plans p SET
-             revision = revision + 1,
-             state = CASE
+        "WITH s AS (
+             SELECT count(*) FILTER (WHERE state IN ('waiting', 'ready', 'running')) AS open,
+                    count(*) FILTER (WHERE state <> 'succeeded') AS bad,
+                    min(started_at) AS first
+             FROM flyto_steps WHERE plan = $1
+         ), next AS (
+             SELECT CASE
                  WHEN p.state IN ('succeeded', 'failed', 'cancelled') THEN p.state
-                 WHEN NOT EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
-                                  AND s.state IN ('waiting', 'ready', 'running'))
-                 THEN CASE WHEN EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
-                                        AND s.state <> 'succeeded')
-                           THEN 'failed' ELSE 'succeeded' END
-                 WHEN EXISTS (SELECT 1 FROM flyto_steps s WHERE s.plan = $1
-                              AND s.started_at IS NOT NULL) THEN 'running'
-                 ELSE p.state END,
-             started_at = coalesce(p.started_at,
-                 (SELECT min(started_at) FROM flyto_steps s WHERE s.plan = $1))
-         WHERE p.id = $1",
-        &[&plan],
-    )
-    .await
-    .map_err(&err)?;
-    tx.execute(
-        "UPDATE flyto_plans SET finished_at = now()
-         WHERE id = $1 AND finished_at IS NULL AND state IN ('succeeded', 'failed', 'cancelled')",
-        &[&plan],
-    )
-    .await
-    .map_err(&err)?;
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        &[&PLANS_CHANNEL, &plan.to_string()],
+                 WHEN s.open = 0 AND s.bad > 0 THEN 'failed'
+                 WHEN s.open = 0 THEN 'succeeded'
+                 WHEN s.first IS NOT NULL THEN 'running'
+                 ELSE p.state END AS state, s.first
+             FROM flyto_plans p, s WHERE p.id = $1
+         )
+         UPDATE flyto_plans p SET
+             revision = p.revision + 1,
+             state = next.state,
+             started_at = coalesce(p.started_at, next.first),
+             finished_at = CASE WHEN p.finished_at IS NULL
+                                 AND next.state IN ('succeeded', 'failed', 'cancelled')
+                            THEN now() ELSE p.finished_at END
+         FROM next WHERE p.id = $1
+         RETURNING pg_notify($2, p.id::text)",
+        &[&plan, &PLANS_CHANNEL],
     )
     .await
     .map_err(&err)?;
