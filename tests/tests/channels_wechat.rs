@@ -48,19 +48,24 @@ fn bind_with_token(env: &TestEnv, ilink: &FakeIlink) {
     assert!(matches!(answer, Response::Channel { .. }), "{answer:?}");
 }
 
+/// `flytoctl channel_bind wechat` against the fake, left running: it
+/// draws the QR code and waits for it to be confirmed.
+fn start_binding(env: &TestEnv, ilink: &FakeIlink) -> std::process::Child {
+    env.command(&flyto_tests::bin("flytoctl"))
+        .args(["channel_bind", "wechat", "--base-url", &ilink.base_url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn binding_by_qr_code_then_a_message_is_answered_with_its_context_token() {
     let ilink = FakeIlink::start(TOKEN);
     let fake = FakeLlm::start(vec![Reply::text("hello from the agent")]);
     let env = TestEnv::new(&config(&fake, ""));
     let daemon = env.start();
-    let bind = env
-        .command(&flyto_tests::bin("flytoctl"))
-        .args(["channel_bind", "wechat", "--base-url", &ilink.base_url()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bind = start_binding(&env, &ilink);
     // The QR code is shown and its status polled: confirm it in "WeChat".
     wait_until("the QR status polled", DEADLINE, || {
         ilink
@@ -285,13 +290,7 @@ fn an_expired_qr_code_is_renewed_and_the_new_one_binds() {
     let fake = FakeLlm::start(vec![]);
     let env = TestEnv::new(&config(&fake, ""));
     let _daemon = env.start();
-    let bind = env
-        .command(&flyto_tests::bin("flytoctl"))
-        .args(["channel_bind", "wechat", "--base-url", &ilink.base_url()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bind = start_binding(&env, &ilink);
     let codes = |ilink: &FakeIlink| {
         ilink
             .requests()

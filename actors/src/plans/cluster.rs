@@ -304,11 +304,11 @@ fn start_attempt(node: Node<'_>, claim: Claim) {
 }
 
 async fn plan_and_step(shared: &Shared, claim: &Claim) -> Result<(PlanRecord, StepRecord), String> {
-    let row = plans::get_plan(shared, claim.plan)
+    let record = plans::get_record(shared, claim.plan)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("plan {} is gone from the database", claim.plan))?;
-    let plan = decode_plan(&row.record).map_err(|e| e.to_string())?;
+    let plan = decode_plan(&record).map_err(|e| e.to_string())?;
     let step = plan
         .steps
         .iter()

@@ -224,6 +224,18 @@ async fn steps_of(
     Ok(())
 }
 
+/// A plan's record as submitted, without its live state (what a node
+/// needs to run one of its steps).
+pub async fn get_record(shared: &Shared, id: i64) -> Result<Option<Vec<u8>>, PgError> {
+    let c = shared.client().await?;
+    Ok(
+        c.query_opt("SELECT record FROM flyto_plans WHERE id = $1", &[&id])
+            .await
+            .map_err(shared.query_err("reading a plan's record"))?
+            .map(|r| r.get(0)),
+    )
+}
+
 pub async fn get_plan(shared: &Shared, id: i64) -> Result<Option<PlanRow>, PgError> {
     let c = shared.client().await?;
     let row = c
