@@ -277,12 +277,27 @@ pub fn stats(s: &DaemonStats) -> String {
         ("scheduler restarts", s.scheduler_restarts.to_string()),
         ("database size", bytes(s.db_bytes)),
         ("sandbox", s.sandbox.clone()),
+        ("store", s.store.clone()),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out: String = rows
         .iter()
         .map(|(key, value)| format!("{:<width$} {value}\n", format!("{key}:")))
         .collect();
+    if !s.node.is_empty() {
+        out.push_str(&format!("{:<width$} {}\n", "node:", s.node));
+        out.push_str("nodes (last heartbeat):\n");
+        for p in &s.peers {
+            let me = if p.node == s.node { " (this one)" } else { "" };
+            out.push_str(&format!(
+                "  {} on {} pid {}: {} ago{me}\n",
+                p.node,
+                p.host,
+                p.pid,
+                duration(p.heartbeat_age_ms)
+            ));
+        }
+    }
     if !s.contexts.is_empty() {
         out.push_str("contexts (fullest first):\n");
         out.push_str(&context_render::stats_contexts(&s.contexts));

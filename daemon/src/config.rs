@@ -31,7 +31,42 @@ pub struct Config {
     pub dream: DreamSection,
     pub jobs: JobsSection,
     pub channels: ChannelsSection,
+    pub store: StoreSection,
 }
+
+/// `[store]`: where plans are kept. `sled` (the default) is this node's
+/// own database in its state directory; `postgres` is a PostgreSQL that
+/// several daemons share.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    pub backend: Backend,
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE; FLYTO_DATABASE_URL
+    /// overrides it.
+    pub url: Option<DatabaseUrl>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    #[default]
+    Sled,
+    Postgres,
+}
+
+/// A database URL: it may hold a password, so it never prints.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatabaseUrl(..)")
+    }
+}
+
+/// Names the variable that overrides `[store] url`.
+pub const DATABASE_URL_VAR: &str = "FLYTO_DATABASE_URL";
 
 /// `[channels]`: how chat bindings poll, answer and keep their outbox.
 #[derive(Debug, Clone, Deserialize)]
@@ -410,6 +445,12 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     }
     check_log_level(&config.daemon.log_level)
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    if config.store.backend == Backend::Sled && config.store.url.is_some() {
+        bail!(
+            "invalid config file {}: [store] url is set but backend is sled (the default): set backend = \"postgres\" to use the shared store, or remove url",
+            path.display()
+        );
+    }
     for (name, t) in &config.memory.types {
         let valid = !name.is_empty()
             && name.len() <= 32
@@ -482,6 +523,9 @@ pub fn check_log_level(value: &str) -> anyhow::Result<()> {
 pub fn check_environment(config: &Config) -> (Vec<String>, Vec<String>) {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    if let Err(e) = config.database_url() {
+        errors.push(e.to_string());
+    }
     if let Some(dir) = &config.plans.default_workdir
         && !dir.is_dir()
     {
@@ -503,6 +547,26 @@ pub fn check_environment(config: &Config) -> (Vec<String>, Vec<String>) {
 }
 
 impl Config {
+    /// The shared store's URL when `[store] backend = "postgres"`:
+    /// FLYTO_DATABASE_URL, else `[store] url`.
+    pub fn database_url(&self) -> anyhow::Result<Option<String>> {
+        if self.store.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        if let Some(url) = std::env::var(DATABASE_URL_VAR)
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            return Ok(Some(url));
+        }
+        match &self.store.url {
+            Some(url) => Ok(Some(url.0.clone())),
+            None => bail!(
+                "[store] backend = \"postgres\" needs the database: set [store] url = \"postgres://USER@HOST/DATABASE\" in the config file or {DATABASE_URL_VAR}"
+            ),
+        }
+    }
+
     pub fn plan_config(&self, socket: &Path) -> PlanConfig {
         let p = &self.plans;
         let mut out = PlanConfig {

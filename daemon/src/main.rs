@@ -12,8 +12,10 @@ mod memory_api;
 mod notify;
 mod paths;
 mod peer;
+mod plan_reads;
 mod plan_sockets;
 mod server;
+mod shared_store;
 
 /// jemalloc: the daemon makes many small allocations per request from
 /// several threads, and costs less CPU per request with it than with
@@ -212,6 +214,73 @@ fn clock_from_env() -> anyhow::Result<Arc<dyn Clock>> {
     }
 }
 
+/// Now, in ms since the epoch (for the node id).
+fn clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The scheduler of a node on the shared store, under the scheduler's
+/// name: it answers the same requests, and its runner claims this node's
+/// share of the steps.
+fn shared_scheduler_spec(
+    reader: &flyto_actors::plans::shared_reader::SharedReader,
+    node: &str,
+    plan_config: &Arc<RwLock<PlanConfig>>,
+    clock: &Arc<dyn Clock>,
+    state_dir: &Path,
+) -> ChildSpec {
+    use flyto_actors::plans::cluster::{ProcessLaunch, RunnerConfig};
+    use flyto_actors::plans::shared_scheduler::{SharedSchedulerActor, SharedSchedulerArgs};
+    let (reader, node, plan_config, clock) = (
+        reader.clone(),
+        node.to_string(),
+        plan_config.clone(),
+        clock.clone(),
+    );
+    let log_dir = state_dir.join("logs");
+    ChildSpec {
+        name: "scheduler".into(),
+        start: Arc::new(move |sup| {
+            let config = plan_config
+                .read()
+                .map(|c| c.clone())
+                .unwrap_or_else(|_| PlanConfig::default());
+            let launch = Arc::new(ProcessLaunch {
+                kill_grace: config.kill_grace,
+                log_dir: Some(log_dir.clone()),
+                log_max: config.log_max_bytes,
+                tail_max: config.output_tail_bytes,
+            });
+            let args = SharedSchedulerArgs {
+                reader: reader.clone(),
+                runner: RunnerConfig {
+                    node: node.clone(),
+                    // This node's share: as many steps as it would run
+                    // alone.
+                    slots: (config.max_parallel_plans * config.max_parallel_steps).max(1),
+                    sweep_every: Duration::from_secs(5),
+                    keeper: Default::default(),
+                },
+                config,
+                clock: clock.clone(),
+                launch,
+            };
+            Box::pin(async move {
+                let (r, _) = Actor::spawn_linked(
+                    Some(SCHEDULER_NAME.into()),
+                    SharedSchedulerActor,
+                    args,
+                    sup,
+                )
+                .await?;
+                Ok(r.get_cell())
+            })
+        }),
+    }
+}
+
 /// A memory folder's actor with nothing to do for this long stops.
 const MEMORY_IDLE_STOP: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -313,6 +382,12 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // It holds transcripts and tool output; earlier versions left it open.
     paths::make_private(&state_dir)?;
     let _lock = lock::acquire(&state_dir)?;
+    // The shared store, when configured: READY (and every request) waits
+    // for it.
+    let joined = match config.database_url()? {
+        Some(url) => Some(shared_store::join(&url, shared_store::node_id(clock_ms())).await?),
+        None => None,
+    };
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
     let support = flyto_actors::tools::sandbox::probe();
     configure_sandbox(&config, &state_dir, &loaded.path, &socket_path, &support);
@@ -323,6 +398,39 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let plan_store: Arc<dyn flyto_actors::plans::PlanStore> =
         Arc::new(SledPlanStore::open(store.clone())?);
     let reader = PlanReader::new(plan_store, state_dir.join("logs"));
+    let shared_reader = joined.as_ref().map(|j| {
+        use flyto_actors::store::postgres::listen::Listener;
+        use flyto_actors::store::postgres::plans::{PLANS_CHANNEL, WORK_CHANNEL};
+        // One listener connection for the whole daemon; its poll is the
+        // fallback for a notification that never came.
+        let listener = Listener::start(
+            &j.shared,
+            &[WORK_CHANNEL, PLANS_CHANNEL],
+            Duration::from_secs(2),
+        );
+        flyto_actors::plans::shared_reader::SharedReader {
+            shared: j.shared.clone(),
+            listener: Arc::new(listener),
+            log_dir: state_dir.join("logs"),
+        }
+    });
+    let store_info = match &joined {
+        Some(j) => {
+            tracing::info!(
+                "plans are on the shared store at {}; sessions, jobs, channels and memory stay in this node's state directory {}",
+                j.shared.target,
+                state_dir.display()
+            );
+            plan_reads::StoreInfo {
+                describe: format!("postgres at {} (node {})", j.shared.target, j.node),
+                shared: Some((j.shared.clone(), j.node.clone())),
+            }
+        }
+        None => plan_reads::StoreInfo {
+            describe: format!("sled at {}", state_dir.join("db").display()),
+            shared: None,
+        },
+    };
     let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
     let restarts = Arc::new(AtomicU64::new(0));
 
@@ -342,7 +450,11 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     flyto_actors::memory::entry::declare_types(&config.memory_types());
     let memory = Memory::new(state_dir.clone());
     let ctx = Arc::new(server::Ctx {
-        reader: reader.clone(),
+        plans: match &shared_reader {
+            Some(r) => plan_reads::PlanReads::Shared(Box::new(r.clone())),
+            None => plan_reads::PlanReads::Local(reader.clone()),
+        },
+        store: store_info,
         draining: AtomicBool::new(false),
         started,
         restarts: restarts.clone(),
@@ -368,7 +480,9 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     ));
     plan_sockets.remove_stale();
 
-    let scheduler_spec = {
+    let scheduler_spec = if let (Some(shared_reader), Some(j)) = (&shared_reader, &joined) {
+        shared_scheduler_spec(shared_reader, &j.node, &plan_config, &clock, &state_dir)
+    } else {
         let reader = reader.clone();
         let sockets: Arc<dyn PlanSockets> = plan_sockets.clone();
         let plan_config = plan_config.clone();

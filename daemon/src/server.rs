@@ -2,8 +2,9 @@
 //! the handshake, and dispatch of requests to the plan reader or the
 //! scheduler. Only this module knows about connections.
 
+use crate::plan_reads::{PlanReads, StoreInfo};
 use flyto_actors::compaction::breaker::{BREAKER_NAME, BreakerMsg};
-use flyto_actors::plans::{EarlyReply, Origin, PlanReader, Reject, SCHEDULER_NAME, SchedulerMsg};
+use flyto_actors::plans::{EarlyReply, Origin, Reject, SCHEDULER_NAME, SchedulerMsg};
 use flyto_actors::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg, Subscription};
 use flyto_actors::tools::bash::SharedPolicy;
 use flyto_protocol::SessionEvent;
@@ -26,7 +27,9 @@ use tokio::sync::broadcast;
 pub const DAEMON_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub struct Ctx {
-    pub reader: PlanReader,
+    pub plans: PlanReads,
+    /// Where plans are kept, the node id and its peers (shared store).
+    pub store: StoreInfo,
     pub draining: AtomicBool,
     pub started: Instant,
     pub restarts: Arc<AtomicU64>,
@@ -109,7 +112,7 @@ impl Scope {
     }
 
     /// Refuses what a scoped socket does not serve.
-    fn check(&self, req: &Request, ctx: &Ctx) -> Result<(), Reject> {
+    async fn check(&self, req: &Request, ctx: &Ctx) -> Result<(), Reject> {
         let id = match req {
             Request::Hello { .. }
             | Request::Ping {}
@@ -131,7 +134,7 @@ impl Scope {
                 ));
             }
         };
-        match ctx.reader.status(id) {
+        match ctx.plans.status(id).await {
             Ok(plan) if plan.chain == self.chain => Ok(()),
             Ok(_) => Err(Reject::new(
                 ErrorCode::NotFound,
@@ -674,7 +677,7 @@ async fn session_attach(
 
 async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
     if let Some(scope) = &sink.scope
-        && let Err(r) = scope.check(&req, ctx)
+        && let Err(r) = scope.check(&req, ctx).await
     {
         return sink.error(r.code, r.message).await;
     }
@@ -725,16 +728,24 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 answer.map(|(id, duplicate)| Response::PlanSubmitted { id, duplicate })
             }
         }
-        Request::PlanStatus { id } => ctx.reader.status(&id).map(|plan| Response::Plan { plan }),
+        Request::PlanStatus { id } => ctx
+            .plans
+            .status(&id)
+            .await
+            .map(|plan| Response::Plan { plan }),
         Request::PlanList { state, limit } => {
             let limit = limit.unwrap_or(50).clamp(1, 10_000) as usize;
             match &sink.scope {
-                None => ctx.reader.list(state, limit).and_then(|plans| {
-                    let total = ctx.reader.total(state)?;
-                    Ok(Response::Plans { plans, total })
-                }),
+                None => match ctx.plans.list(state, limit).await {
+                    Ok(plans) => ctx
+                        .plans
+                        .total(state)
+                        .await
+                        .map(|total| Response::Plans { plans, total }),
+                    Err(r) => Err(r),
+                },
                 // A chain is small; look further back and keep its plans.
-                Some(scope) => ctx.reader.list(state, 10_000).map(|all| {
+                Some(scope) => ctx.plans.list(state, 10_000).await.map(|all| {
                     let mut plans: Vec<_> =
                         all.into_iter().filter(|p| p.chain == scope.chain).collect();
                     let total = plans.len() as u64;
@@ -1113,7 +1124,8 @@ impl EarlySubmit {
 }
 
 async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
-    let c = ctx.reader.counts()?;
+    let c = ctx.plans.counts().await?;
+    let (node, peers) = ctx.store.peers().await;
     let sandbox = flyto_actors::tools::sandbox::probe();
     let t = session_call(ctx, |reply| ManagerMsg::Totals { reply })
         .await
@@ -1148,6 +1160,9 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             disk_syncs: c.disk_syncs,
             sandbox: sandbox.describe(),
             landlock_abi: sandbox.landlock_abi.max(0) as u32,
+            store: ctx.store.describe.clone(),
+            node,
+            peers,
         },
     })
 }
@@ -1155,7 +1170,7 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
 /// Snapshot, then one event per published change, then `End` once the plan
 /// is terminal.
 async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
-    let (view, rx) = match ctx.reader.watch(id) {
+    let (view, rx) = match ctx.plans.watch(id).await {
         Ok(v) => v,
         Err(r) => return sink.error(r.code, r.message).await,
     };
@@ -1164,19 +1179,20 @@ async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
     sink.send(&Response::Plan { plan: view }).await?;
     if let Some(mut rx) = rx {
         while !terminal {
-            let next = if rx.changed().await.is_ok() {
-                rx.borrow_and_update().clone()
-            } else {
-                // The plan left the live set (or the scheduler restarted):
-                // send what is stored and stop.
-                terminal = true;
-                match ctx.reader.status(id) {
-                    Ok(v) => v,
-                    Err(_) => break,
+            let next = match rx.next().await {
+                Some(next) => next,
+                None => {
+                    // The plan left the live set (or the scheduler
+                    // restarted): send what is stored and stop.
+                    terminal = true;
+                    match ctx.plans.status(id).await {
+                        Ok(v) => v,
+                        Err(_) => break,
+                    }
                 }
             };
             terminal |= next.state.is_terminal();
-            let next = ctx.reader.place(next);
+            let next = ctx.plans.place(next);
             if next.revision > last {
                 last = next.revision;
                 sink.send(&Response::Event {

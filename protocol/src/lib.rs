@@ -48,5 +48,6 @@ pub use types::*;
 /// `session_delete`, message times, `DaemonStats::disk_syncs`; 4: the
 /// agent sandbox: `policy_check`, `session_new` sandbox and network, plan
 /// and step `sandbox`, `DaemonStats::sandbox`; 5: memory and skills:
-/// `skill_list`, `skill_show`, `skill_reload`, `memory_*`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// `skill_list`, `skill_show`, `skill_reload`, `memory_*`; 10: the shared
+/// store's `DaemonStats::store`, `node` and `peers`).
+pub const PROTOCOL_VERSION: u32 = 10;

@@ -1368,6 +1368,25 @@ pub struct DaemonStats {
     pub sandbox: String,
     /// The kernel's Landlock ABI; 0: none.
     pub landlock_abi: u32,
+    /// Where plans are kept: "sled at <dir>", or "postgres at host:port
+    /// (database d, user u)" for the shared store.
+    pub store: String,
+    /// This daemon's node id on the shared store (new at every start);
+    /// empty with sled.
+    pub node: String,
+    /// The nodes on the shared store that heartbeated lately, this one
+    /// among them.
+    pub peers: Vec<PeerView>,
+}
+
+/// A node of the shared store, as `stats` shows it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PeerView {
+    pub node: String,
+    pub host: String,
+    pub pid: u32,
+    /// Since its last heartbeat, by the database's clock.
+    pub heartbeat_age_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -75,6 +75,36 @@ pub fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
 /// One isolated flyto installation: state dir, socket, config, a work dir.
+/// True while process `pid` is alive with every `KEY=value` of `vars` in
+/// its environment (so a reused pid does not count). A var ending in `/`
+/// is a prefix (a daemon's socket directory).
+pub fn process_has(pid: i32, vars: &[&str]) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    vars.iter().all(|v| {
+        environ.split(|b| *b == 0).any(|kv| {
+            if v.ends_with('/') {
+                kv.starts_with(v.as_bytes())
+            } else {
+                kv == v.as_bytes()
+            }
+        })
+    })
+}
+
+/// Live processes with every one of `vars` (see [`process_has`]).
+/// Zombies have no environment left and do not count.
+pub fn processes_with(vars: &[&str]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|&pid| process_has(pid, vars))
+        .collect()
+}
+
 pub struct TestEnv {
     pub tmp: tempfile::TempDir,
     /// The state dir's parent when it is not under `tmp` (see

@@ -168,6 +168,12 @@ impl TestPostgres {
         self.check(&out, "pg_ctl restart");
     }
 
+    /// Starts the server again after [`TestPostgres::stop`].
+    pub fn start_again(&self) {
+        let out = self.pg_ctl(&["-w", "-t", PG_CTL_WAIT_SECS, "start"]);
+        self.check(&out, "pg_ctl start");
+    }
+
     /// Fast shutdown; the folder stays until drop.
     pub fn stop(&self) {
         let out = self.pg_ctl(&["-w", "-t", PG_CTL_WAIT_SECS, "-m", "fast", "stop"]);

@@ -19,38 +19,7 @@ const FAST: &str = "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"2
 pub(crate) fn step_processes(env: &TestEnv, marker: &str) -> Vec<i32> {
     let step = format!("FLYTO_STEP={marker}");
     let sock = env.plan_sock_prefix();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if process_has(pid, &[&step, &sock]) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// True while process `pid` is alive with every `KEY=value` of `vars` in its
-/// environment (so a reused pid does not count).
-fn process_has(pid: i32, vars: &[&str]) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    // A var ending in `/` is a prefix (the daemon's socket directory).
-    vars.iter().all(|v| {
-        environ.split(|b| *b == 0).any(|kv| {
-            if v.ends_with('/') {
-                kv.starts_with(v.as_bytes())
-            } else {
-                kv == v.as_bytes()
-            }
-        })
-    })
+    flyto_tests::processes_with(&[&step, &sock])
 }
 
 /// Waits until no process of step `marker` of `env` is left.
@@ -258,7 +227,7 @@ fn a_step_running_during_sigkill_runs_again_and_its_processes_are_killed() {
             let left: Vec<i32> = first_attempt
                 .iter()
                 .copied()
-                .filter(|&pid| process_has(pid, &[&step, &sock]))
+                .filter(|&pid| flyto_tests::process_has(pid, &[&step, &sock]))
                 .collect();
             left.is_empty().then_some(())
         },

@@ -17,6 +17,7 @@ mod jobs;
 mod lifecycle;
 mod memory;
 mod pg_cluster;
+mod pg_daemon;
 mod pg_harness;
 mod pg_plans;
 mod plans;

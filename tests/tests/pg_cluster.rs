@@ -13,7 +13,8 @@ use flyto_actors::plans::shared::{self, Submitted};
 use flyto_actors::plans::validate::{Limits, Workdirs, validate_in};
 use flyto_actors::store::postgres::Shared;
 use flyto_actors::store::postgres::claims::KeeperTimes;
-use flyto_actors::store::postgres::plans::{self, Cancel};
+use flyto_actors::store::postgres::listen::Listener;
+use flyto_actors::store::postgres::plans::{self, Cancel, PLANS_CHANNEL, WORK_CHANNEL};
 use flyto_protocol::{PlanSpec, PlanState, StepSpec, StepState};
 use flyto_tests::pg::{TestPostgres, expire_leases, fresh, runtime};
 use std::collections::HashMap;
@@ -62,12 +63,16 @@ fn record(steps: &[(&str, &[&str], String)], workdir: &Path) -> PlanRecord {
 
 async fn node(pg: &TestPostgres, db: &str, name: &str, heartbeat: Duration) -> Runner {
     let shared = Shared::connect(&pg.url_for(db), name).await.unwrap();
+    let listener = Arc::new(Listener::start(
+        &shared,
+        &[WORK_CHANNEL, PLANS_CHANNEL],
+        Duration::from_millis(200),
+    ));
     Runner::start(
         shared,
         RunnerConfig {
             node: name.into(),
             slots: 4,
-            poll_every: Duration::from_millis(200),
             sweep_every: Duration::from_millis(500),
             keeper: KeeperTimes {
                 every: heartbeat,
@@ -80,6 +85,7 @@ async fn node(pg: &TestPostgres, db: &str, name: &str, heartbeat: Duration) -> R
             log_max: 1 << 20,
             tail_max: 4096,
         }),
+        listener,
     )
 }
 

@@ -357,7 +357,10 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
     };
     let (ok, stdout, stderr) = run(&url);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("applied migration(s) [1, 2]"), "{stdout}");
+    assert!(
+        stdout.contains("applied migration(s) [1, 2, 3]"),
+        "{stdout}"
+    );
     let (ok, stdout, _) = run(&url);
     assert!(ok);
     assert!(stdout.contains("nothing to apply"), "{stdout}");
@@ -380,7 +383,7 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
 }
 
 /// Until the listener wakes, for at most 20 s.
-async fn woke(l: &flyto_actors::store::postgres::listen::Listener) -> bool {
+async fn woke(l: &mut flyto_actors::store::postgres::listen::Wake) -> bool {
     tokio::time::timeout(std::time::Duration::from_secs(20), l.woken())
         .await
         .is_ok()
@@ -394,19 +397,24 @@ fn a_listener_wakes_on_notify_and_after_its_backend_is_killed_still_wakes() {
         let shared = fresh(&pg, "w").await;
         // A long fallback poll: the wake-ups below come from NOTIFY and
         // from reconnecting, not from it.
-        let l = Listener::start(&shared, "flyto_work", std::time::Duration::from_secs(3600));
-        assert!(woke(&l).await, "no wake-up at connect");
+        let l = Listener::start(
+            &shared,
+            &["flyto_work"],
+            std::time::Duration::from_secs(3600),
+        );
+        let mut w = l.subscribe("flyto_work");
+        assert!(woke(&mut w).await, "no wake-up at connect");
         notify(&shared, "flyto_work", "p1").await.unwrap();
-        assert!(woke(&l).await, "a NOTIFY did not wake the listener");
+        assert!(woke(&mut w).await, "a NOTIFY did not wake the listener");
         // Its database session is killed: it connects again, LISTENs again,
         // and wakes (what was notified meanwhile is lost, so it looks).
         let killed = pg.terminate_backends("flyto-listen%");
         assert_eq!(killed, 1);
-        assert!(woke(&l).await, "no wake-up after the reconnect");
+        assert!(woke(&mut w).await, "no wake-up after the reconnect");
         assert_eq!(l.reconnects(), 1);
         notify(&shared, "flyto_work", "p2").await.unwrap();
         assert!(
-            woke(&l).await,
+            woke(&mut w).await,
             "a NOTIFY after the reconnect did not wake it"
         );
     });
@@ -418,12 +426,17 @@ fn without_any_notify_the_fallback_poll_wakes_the_listener() {
     let pg = TestPostgres::start();
     runtime().block_on(async {
         let shared = fresh(&pg, "p").await;
-        let l = Listener::start(&shared, "flyto_work", std::time::Duration::from_millis(300));
-        assert!(woke(&l).await);
+        let l = Listener::start(
+            &shared,
+            &["flyto_work"],
+            std::time::Duration::from_millis(300),
+        );
+        let mut w = l.subscribe("flyto_work");
+        assert!(woke(&mut w).await);
         // Nobody notifies; the poll still comes round, again and again.
         for _ in 0..3 {
             assert!(
-                woke(&l).await,
+                woke(&mut w).await,
                 "the fallback poll did not wake the listener"
             );
         }

@@ -101,18 +101,32 @@ pub struct RunnerConfig {
     pub node: String,
     /// Attempts this node runs at once.
     pub slots: usize,
-    /// The fallback poll, for a notification that never came.
-    pub poll_every: Duration,
     pub sweep_every: Duration,
     pub keeper: KeeperTimes,
 }
 
-/// The attempts this node runs: how to stop each.
-type Running = Arc<Mutex<HashMap<i64, oneshot::Sender<CancelReason>>>>;
+/// The attempts whose process runs on this node. An attempt keeps its
+/// entry, and so its slot, until its process has ended.
+type Running = Arc<Mutex<HashMap<i64, Attempt>>>;
 
-fn running_lock(
-    r: &Running,
-) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<CancelReason>>> {
+struct Attempt {
+    /// How to stop it; taken once it was told to.
+    stop: Option<oneshot::Sender<CancelReason>>,
+    /// Why it was stopped, which decides what its end reports.
+    why: Option<Stop>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stop {
+    /// Its lease was revoked (a cancel) or rescued: its report is refused.
+    Lost,
+    /// This node could not heartbeat for too long: hand the step back.
+    Fenced,
+    /// This node is shutting down: hand the step back.
+    Draining,
+}
+
+fn running_lock(r: &Running) -> std::sync::MutexGuard<'_, HashMap<i64, Attempt>> {
     r.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -121,19 +135,25 @@ struct Stopper(Running);
 
 impl Fence for Stopper {
     fn lost(&self, tokens: &[i64]) {
-        stop(&self.0, tokens);
+        stop(&self.0, tokens, Stop::Lost);
     }
 
     fn fence(&self, tokens: &[i64]) {
-        stop(&self.0, tokens);
+        stop(&self.0, tokens, Stop::Fenced);
     }
 }
 
-fn stop(running: &Running, tokens: &[i64]) {
+fn stop(running: &Running, tokens: &[i64], why: Stop) {
     let mut r = running_lock(running);
     for t in tokens {
-        if let Some(tx) = r.remove(t) {
-            let _ = tx.send(CancelReason::User);
+        if let Some(a) = r.get_mut(t)
+            && let Some(tx) = a.stop.take()
+        {
+            a.why = Some(why);
+            let _ = tx.send(match why {
+                Stop::Draining => CancelReason::Shutdown,
+                Stop::Lost | Stop::Fenced => CancelReason::User,
+            });
         }
     }
 }
@@ -145,6 +165,14 @@ pub struct Runner {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     running: Running,
     dead: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by [`Runner::drain`]: claim nothing more.
+    draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Attempts not yet reported (their process may have ended).
+    unreported: Arc<std::sync::atomic::AtomicUsize>,
+    /// Told whenever an attempt has been reported.
+    ended: Arc<Notify>,
+    /// Kept alive: its wake-ups drive the loops.
+    _listener: Arc<Listener>,
 }
 
 impl Drop for Runner {
@@ -159,9 +187,19 @@ impl Drop for Runner {
 }
 
 impl Runner {
-    pub fn start(shared: Shared, config: RunnerConfig, launch: Arc<dyn Launch>) -> Runner {
+    /// `listener` must listen on [`WORK_CHANNEL`] and [`PLANS_CHANNEL`];
+    /// its fallback poll is the runner's.
+    pub fn start(
+        shared: Shared,
+        config: RunnerConfig,
+        launch: Arc<dyn Launch>,
+        listener: Arc<Listener>,
+    ) -> Runner {
         let running: Running = Arc::default();
         let dead: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let draining: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let unreported: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let ended = Arc::new(Notify::new());
         let keeper = Arc::new(LeaseKeeper::start(
             shared.clone(),
             config.node.clone(),
@@ -169,20 +207,25 @@ impl Runner {
             Arc::new(Stopper(running.clone())),
         ));
         let freed = Arc::new(Notify::new());
-        let work = Listener::start(&shared, WORK_CHANNEL, config.poll_every);
-        let changes = Listener::start(&shared, PLANS_CHANNEL, config.poll_every);
+        let (mut work, mut changes) = (
+            listener.subscribe(WORK_CHANNEL),
+            listener.subscribe(PLANS_CHANNEL),
+        );
         let claim_loop = {
-            let (shared, config, running, freed, dead) = (
+            let (shared, config, running, freed, dead, draining, ended, unreported) = (
                 shared.clone(),
                 config.clone(),
                 running.clone(),
                 freed.clone(),
                 dead.clone(),
+                draining.clone(),
+                ended.clone(),
+                unreported.clone(),
             );
             tokio::spawn(async move {
                 loop {
                     let free = config.slots.saturating_sub(running_lock(&running).len());
-                    if free > 0 {
+                    if free > 0 && !draining.load(std::sync::atomic::Ordering::SeqCst) {
                         match claims::claim(&shared, &config.node, free as i64).await {
                             Ok(claimed) => {
                                 for c in claimed {
@@ -193,6 +236,8 @@ impl Runner {
                                         freed: &freed,
                                         launch: &launch,
                                         dead: &dead,
+                                        ended: &ended,
+                                        unreported: &unreported,
                                     };
                                     start_attempt(node, c);
                                 }
@@ -223,7 +268,7 @@ impl Runner {
                     if let Ok(held) = still_held(&shared, &mine).await {
                         let gone: Vec<i64> =
                             mine.into_iter().filter(|t| !held.contains(t)).collect();
-                        stop(&running, &gone);
+                        stop(&running, &gone, Stop::Lost);
                     }
                 }
             })
@@ -244,12 +289,51 @@ impl Runner {
             tasks: vec![claim_loop, cancel_watch, sweeper],
             running,
             dead,
+            draining,
+            unreported,
+            ended,
+            _listener: listener,
         }
     }
 
     /// Attempts running on this node now.
     pub fn running(&self) -> usize {
         running_lock(&self.running).len()
+    }
+
+    /// Stops claiming; gives the running attempts `grace` to end, then
+    /// stops them and hands their steps back (see [`claims::hand_back`]).
+    /// Returns once no attempt runs here, or after `grace` and `wait_more`.
+    pub async fn drain(&self, grace: Duration, wait_more: Duration) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + grace;
+        if !self.idle_by(deadline).await {
+            let all: Vec<i64> = running_lock(&self.running).keys().copied().collect();
+            tracing::info!(
+                attempts = all.len(),
+                "draining: stopping the steps still running and handing them back"
+            );
+            stop(&self.running, &all, Stop::Draining);
+            self.idle_by(tokio::time::Instant::now() + wait_more).await;
+        }
+    }
+
+    /// Waits until no attempt runs here or waits to be reported, at most
+    /// until `deadline`.
+    async fn idle_by(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.unreported.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return true;
+            }
+            tokio::select! {
+                _ = ended => {}
+                _ = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
     }
 }
 
@@ -274,32 +358,62 @@ struct Node<'a> {
     freed: &'a Arc<Notify>,
     launch: &'a Arc<dyn Launch>,
     dead: &'a Arc<std::sync::atomic::AtomicBool>,
+    ended: &'a Arc<Notify>,
+    unreported: &'a Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn start_attempt(node: Node<'_>, claim: Claim) {
     let (tx, rx) = oneshot::channel();
-    running_lock(node.running).insert(claim.token, tx);
+    running_lock(node.running).insert(
+        claim.token,
+        Attempt {
+            stop: Some(tx),
+            why: None,
+        },
+    );
+    node.unreported
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     node.keeper.hold(claim.token);
-    let (shared, keeper, running, freed, launch, dead) = (
+    let (shared, keeper, running, freed, launch, dead, ended, unreported) = (
         node.shared.clone(),
         node.keeper.clone(),
         node.running.clone(),
         node.freed.clone(),
         node.launch.clone(),
         node.dead.clone(),
+        node.ended.clone(),
+        node.unreported.clone(),
     );
     tokio::spawn(async move {
         let end = match plan_and_step(&shared, &claim).await {
             Ok((plan, step)) => end_of(launch.launch(&plan, &step, claim.token, rx).await, &step),
             Err(why) => StepEnd::failed(&why),
         };
+        // The process has ended: its slot is free, whatever the report.
+        let why = running_lock(&running)
+            .remove(&claim.token)
+            .and_then(|a| a.why);
+        freed.notify_one();
         if dead.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        report(&shared, claim.token, &end).await;
+        match why {
+            Some(Stop::Draining) => {
+                hand_back(&shared, claim.token, "interrupted: flytod is shutting down").await
+            }
+            Some(Stop::Fenced) => {
+                hand_back(
+                    &shared,
+                    claim.token,
+                    "interrupted: its node could not reach the database",
+                )
+                .await
+            }
+            None | Some(Stop::Lost) => report(&shared, claim.token, &end).await,
+        }
         keeper.release(claim.token);
-        running_lock(&running).remove(&claim.token);
-        freed.notify_one();
+        unreported.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        ended.notify_waiters();
     });
 }
 
@@ -345,30 +459,56 @@ fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
     }
 }
 
-/// Reports an attempt's end, retrying while the database is away (the
-/// sweep takes the step once the lease runs out, and then this report is
-/// refused, as every stale one is).
+/// Gives back the step of an attempt this node stopped (draining, or
+/// fenced): another node runs it again when it may, else it fails with
+/// `why`.
+async fn hand_back(shared: &Shared, token: i64, why: &str) {
+    let done = within_lease(token, "hand a step back", || {
+        claims::hand_back(shared, token, why)
+    });
+    if done.await == Some(true) {
+        tracing::info!(token, why, "handed a step back");
+    }
+}
+
+/// Reports an attempt's end.
 async fn report(shared: &Shared, token: i64, end: &StepEnd) {
+    let done = within_lease(token, "report an attempt", || {
+        claims::complete(shared, token, end)
+    });
+    if done.await == Some(false) {
+        tracing::info!(
+            token,
+            "an attempt's report was refused: its lease was lost (rescued or cancelled)"
+        );
+        // Its process has ended: a cancel waiting for it may answer.
+        if let Err(e) = claims::stopped(shared, token).await {
+            tracing::warn!(token, error = %e, "cannot record that an attempt stopped");
+        }
+    }
+}
+
+/// Makes the write `attempt` of attempt `token`, retrying with backoff
+/// while the database is away, for as long as the attempt's lease could
+/// last: after that the sweep has taken the step, and the write would be
+/// refused anyway. `None`: given up.
+async fn within_lease<T, F>(token: i64, what: &str, mut attempt: impl FnMut() -> F) -> Option<T>
+where
+    F: std::future::Future<Output = Result<T, PgError>>,
+{
     let mut backoff = Duration::from_millis(100);
     let give_up = tokio::time::Instant::now() + claims::LEASE;
     loop {
-        match claims::complete(shared, token, end).await {
-            Ok(true) => return,
-            Ok(false) => {
-                tracing::info!(
-                    token,
-                    "an attempt's report was refused: its lease was lost (rescued or cancelled)"
-                );
-                return;
-            }
+        match attempt().await {
+            Ok(answer) => return Some(answer),
             Err(e) if tokio::time::Instant::now() < give_up => {
-                tracing::warn!(token, error = %e, "cannot report an attempt; retrying");
+                tracing::warn!(token, error = %e, "cannot {what}; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => {
-                tracing::error!(token, error = %e, "gave up reporting an attempt: its lease has run out");
-                return;
+                tracing::error!(token, error = %e, "gave up trying to {what}: its lease has run out");
+                return None;
             }
         }
     }

@@ -20,6 +20,8 @@ pub mod schedule;
 pub mod schedule_tools;
 pub mod scheduler;
 pub mod shared;
+pub mod shared_reader;
+pub mod shared_scheduler;
 pub mod store;
 pub mod validate;
 
@@ -138,6 +140,23 @@ impl Reject {
     pub fn internal(e: impl std::fmt::Display) -> Self {
         Reject::new(ErrorCode::Internal, e.to_string())
     }
+    /// At most this many of the plans sharing a name are listed.
+    pub const NAMES_SHOWN: usize = 10;
+
+    /// `total` plans are named `key`; `named` lists the first of them.
+    pub fn ambiguous(key: &str, total: usize, mut named: Vec<String>) -> Self {
+        if total > named.len() {
+            named.push(format!("and {} more", total - named.len()));
+        }
+        Reject::new(
+            ErrorCode::BadRequest,
+            format!(
+                "{total} plans are named `{key}`: {}; give the id of the one you mean",
+                named.join(", ")
+            ),
+        )
+    }
+
     pub fn not_found(id: &str) -> Self {
         Reject::new(
             ErrorCode::NotFound,

@@ -5,7 +5,7 @@
 use super::Reject;
 use super::model::{format_id, parse_id};
 use super::store::PlanStore;
-use flyto_protocol::{ErrorCode, PlanState, PlanSummary, PlanView};
+use flyto_protocol::{PlanState, PlanSummary, PlanView};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,28 +139,17 @@ impl PlanReader {
         match ids.as_slice() {
             [] => Err(Reject::not_found(key)),
             [one] => Ok(*one),
-            many => {
-                const SHOWN: usize = 10;
-                let mut named: Vec<String> = many
-                    .iter()
-                    .take(SHOWN)
+            many => Err(Reject::ambiguous(
+                key,
+                many.len(),
+                many.iter()
+                    .take(Reject::NAMES_SHOWN)
                     .map(|&n| match self.view(n) {
                         Ok(Some(v)) => format!("{} ({})", v.id, v.state.as_str()),
                         _ => format_id(n),
                     })
-                    .collect();
-                if many.len() > SHOWN {
-                    named.push(format!("and {} more", many.len() - SHOWN));
-                }
-                Err(Reject::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "{} plans are named `{key}`: {}; give the id of the one you mean",
-                        many.len(),
-                        named.join(", ")
-                    ),
-                ))
-            }
+                    .collect(),
+            )),
         }
     }
 

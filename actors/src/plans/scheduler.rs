@@ -424,68 +424,24 @@ impl SchedulerState {
                 "flytod is shutting down: submit the plan again once it has restarted",
             ));
         }
-        if let Some(o) = &origin
-            && o.depth > self.config.max_depth
-        {
-            return Err(Reject::new(
-                ErrorCode::PermissionDenied,
-                format!(
-                    "plan depth {} would exceed plans.max_depth = {} in chain {}: plans started by agents and steps may nest only that deep, so an agent cannot spawn itself without end; do the work in this plan instead",
-                    o.depth, self.config.max_depth, o.chain
-                ),
-            ));
-        }
-        let limits = Limits {
-            max_steps: self.config.max_steps,
-            max_text_bytes: 1024 * 1024,
-            default_timeout_secs: self.config.default_step_timeout.as_secs().max(1),
-            default_max_attempts: self.config.default_max_attempts.max(1),
-            default_workdir: self.config.default_workdir.clone(),
-        };
-        let steps = validate_in(&spec, &limits, &mut self.workdirs)
-            .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
-        let id = self.next_id;
-        let sandboxes = resolve_sandboxes(
-            &spec,
-            &steps,
-            origin.as_ref().and_then(|o| o.sandbox.as_ref()),
+        let (id, now) = (self.next_id, self.now());
+        let rec = prepare(
+            spec,
+            key,
+            origin.as_ref(),
             &self.config,
-            &format_id(id),
-        )
-        .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
-        let rec = PlanRecord {
-            id,
-            name: spec.name,
-            state: PlanState::Pending,
-            reason: None,
-            created_ms: self.now(),
-            started_ms: None,
-            finished_ms: None,
-            revision: 1,
-            idempotency_key: key,
-            steps,
-            chain: origin
-                .as_ref()
-                .map_or_else(|| format_id(id), |o| o.chain.clone()),
-            depth: origin.as_ref().map_or(0, |o| o.depth),
+            &mut self.workdirs,
+            (id, now),
             restarted_from,
-            sandboxes,
-        };
-        if let Some(k) = &rec.idempotency_key {
-            if k.is_empty() || k.len() > 256 {
-                return Err(Reject::new(
-                    ErrorCode::BadRequest,
-                    "the idempotency key must be 1 to 256 bytes",
-                ));
-            }
-            if let Some(first) = self
+        )?;
+        if let Some(k) = &rec.idempotency_key
+            && let Some(first) = self
                 .reader
                 .store
                 .find_idempotent(k)
                 .map_err(Reject::internal)?
-            {
-                return self.same_plan_again(first, k, &rec);
-            }
+        {
+            return self.same_plan_again(first, k, &rec);
         }
         self.reader
             .store
@@ -1183,6 +1139,72 @@ fn socket_dir(socket: &str) -> String {
 /// leftovers of an interrupted attempt.
 fn step_marker(plan: u64, step: &str) -> String {
     format!("{}/{step}", format_id(plan))
+}
+
+/// Checks submitted plan `spec` and makes the record of new plan `id`
+/// from it (created at `now` ms), as every store keeps it.
+pub(super) fn prepare(
+    spec: PlanSpec,
+    key: Option<String>,
+    origin: Option<&Origin>,
+    config: &PlanConfig,
+    workdirs: &mut Workdirs,
+    (id, now): (u64, u64),
+    restarted_from: Option<u64>,
+) -> Result<PlanRecord, Reject> {
+    if let Some(o) = origin
+        && o.depth > config.max_depth
+    {
+        return Err(Reject::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "plan depth {} would exceed plans.max_depth = {} in chain {}: plans started by agents and steps may nest only that deep, so an agent cannot spawn itself without end; do the work in this plan instead",
+                o.depth, config.max_depth, o.chain
+            ),
+        ));
+    }
+    let limits = Limits {
+        max_steps: config.max_steps,
+        max_text_bytes: 1024 * 1024,
+        default_timeout_secs: config.default_step_timeout.as_secs().max(1),
+        default_max_attempts: config.default_max_attempts.max(1),
+        default_workdir: config.default_workdir.clone(),
+    };
+    let steps =
+        validate_in(&spec, &limits, workdirs).map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
+    let sandboxes = resolve_sandboxes(
+        &spec,
+        &steps,
+        origin.and_then(|o| o.sandbox.as_ref()),
+        config,
+        &format_id(id),
+    )
+    .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
+    let rec = PlanRecord {
+        id,
+        name: spec.name,
+        state: PlanState::Pending,
+        reason: None,
+        created_ms: now,
+        started_ms: None,
+        finished_ms: None,
+        revision: 1,
+        idempotency_key: key,
+        steps,
+        chain: origin.map_or_else(|| format_id(id), |o| o.chain.clone()),
+        depth: origin.map_or(0, |o| o.depth),
+        restarted_from,
+        sandboxes,
+    };
+    if let Some(k) = &rec.idempotency_key
+        && (k.is_empty() || k.len() > 256)
+    {
+        return Err(Reject::new(
+            ErrorCode::BadRequest,
+            "the idempotency key must be 1 to 256 bytes",
+        ));
+    }
+    Ok(rec)
 }
 
 /// Each step's confinement. A plan from a confined submitter keeps the

@@ -19,10 +19,15 @@ pub enum Submitted {
 }
 
 /// Stores `rec` as a new plan, unless its idempotency key is taken. Its id
-/// is the database's; so is its chain when it has none (a plan a user
+/// is the database's (taken here unless `rec` has one); so is its chain
+/// when it has none (a plan a user
 /// submits starts its own).
 pub async fn submit(shared: &Shared, mut rec: PlanRecord) -> Result<Submitted, PgError> {
-    let id = plans::next_plan_id(shared).await?;
+    // Id 0: none taken yet (see `plans::next_plan_id`).
+    let id = match rec.id {
+        0 => plans::next_plan_id(shared).await?,
+        n => n as i64,
+    };
     rec.id = id as u64;
     if rec.chain.is_empty() {
         rec.chain = format_id(rec.id);
@@ -82,7 +87,7 @@ pub fn record_of(row: &PlanRow) -> Result<PlanRecord, String> {
     Ok(rec)
 }
 
-fn plan_state(s: &str) -> PlanState {
+pub(super) fn plan_state(s: &str) -> PlanState {
     match s {
         "running" => PlanState::Running,
         "succeeded" => PlanState::Succeeded,

@@ -57,6 +57,13 @@ pub async fn register_node(
     )
     .await
     .map_err(shared.query_err("registering the node"))?;
+    // Every process start is a new node: forget those long gone.
+    c.execute(
+        "DELETE FROM flyto_nodes WHERE heartbeat_at < now() - interval '7 days'",
+        &[],
+    )
+    .await
+    .map_err(shared.query_err("forgetting old nodes"))?;
     Ok(())
 }
 
@@ -141,6 +148,41 @@ pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, 
     }
     tx.commit().await.map_err(&err)?;
     Ok(claims)
+}
+
+/// A node as the others see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRow {
+    pub id: String,
+    pub host: String,
+    pub pid: i32,
+    /// Since its last heartbeat, by the database's clock.
+    pub heartbeat_age_ms: i64,
+}
+
+/// The nodes that heartbeated in the last `within`, this one among them.
+pub async fn nodes(shared: &Shared, within: Duration) -> Result<Vec<NodeRow>, PgError> {
+    let c = shared.client().await?;
+    let rows = c
+        .query(
+            "SELECT id, host, pid,
+                    (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint
+             FROM flyto_nodes
+             WHERE heartbeat_at > now() - make_interval(secs => $1)
+             ORDER BY started_at, id",
+            &[&within.as_secs_f64()],
+        )
+        .await
+        .map_err(shared.query_err("listing nodes"))?;
+    Ok(rows
+        .iter()
+        .map(|r| NodeRow {
+            id: r.get(0),
+            host: r.get(1),
+            pid: r.get(2),
+            heartbeat_age_ms: r.get(3),
+        })
+        .collect())
 }
 
 /// Renews the leases of `tokens` held by `node`; answers the tokens still
@@ -255,6 +297,89 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
     }
     tx.commit().await.map_err(&err)?;
     Ok(plan.is_some())
+}
+
+/// Records that the process of attempt `token` has ended on its node
+/// after the attempt lost its lease, and tells the plan's watchers (a
+/// cancel waits for it).
+pub async fn stopped(shared: &Shared, token: i64) -> Result<(), PgError> {
+    let c = shared.client().await?;
+    c.execute(
+        "UPDATE flyto_attempts SET stopped_at = now() WHERE token = $1
+         RETURNING pg_notify($2, plan::text)",
+        &[&token, &super::plans::PLANS_CHANNEL],
+    )
+    .await
+    .map_err(shared.query_err("recording that an attempt stopped"))?;
+    Ok(())
+}
+
+/// How many of `tokens` still run somewhere: not seen to stop, on a node
+/// that heartbeated within the lease (a node silent longer has fenced
+/// itself).
+pub async fn still_running(shared: &Shared, tokens: &[i64]) -> Result<i64, PgError> {
+    let c = shared.client().await?;
+    Ok(c.query_one(
+        "SELECT count(*) FROM flyto_attempts a JOIN flyto_nodes n ON n.id = a.node
+         WHERE a.token = ANY($1) AND a.stopped_at IS NULL
+           AND n.heartbeat_at > now() - make_interval(secs => $2)",
+        &[&tokens, &lease_secs()],
+    )
+    .await
+    .map_err(shared.query_err("checking which attempts still run"))?
+    .get(0))
+}
+
+/// Gives back the step of attempt `token`, which its node stopped because
+/// it is shutting down: the step is ready again for any node when it may
+/// run again (`retry_on_lease_loss`; the interrupted attempt does not
+/// count), else it fails with `why`. `Ok(false)` when the attempt no
+/// longer held its step.
+pub async fn hand_back(shared: &Shared, token: i64, why: &str) -> Result<bool, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("handing a step back");
+    let tx = c.transaction().await.map_err(&err)?;
+    let row = tx
+        .query_opt(
+            "UPDATE flyto_steps SET
+                 state = CASE WHEN retry_on_lease_loss THEN 'ready' ELSE 'failed' END,
+                 error = CASE WHEN retry_on_lease_loss THEN NULL ELSE $2 END,
+                 finished_at = CASE WHEN retry_on_lease_loss THEN NULL ELSE now() END,
+                 attempts = CASE WHEN retry_on_lease_loss THEN greatest(attempts - 1, 0)
+                                 ELSE attempts END,
+                 lease_token = NULL, lease_node = NULL, lease_until = NULL
+             WHERE lease_token = $1 AND state = 'running'
+             RETURNING plan, state",
+            &[&token, &why],
+        )
+        .await
+        .map_err(&err)?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let (plan, state): (i64, String) = (row.get(0), row.get(1));
+    tx.execute(
+        "UPDATE flyto_attempts SET finished_at = now(), outcome = $2 WHERE token = $1",
+        &[&token, &format!("interrupted: {why}")],
+    )
+    .await
+    .map_err(&err)?;
+    if state == "ready" {
+        tx.execute("SELECT pg_notify($1, '')", &[&super::plans::WORK_CHANNEL])
+            .await
+            .map_err(&err)?;
+        tx.execute(
+            "UPDATE flyto_plans SET revision = revision + 1 WHERE id = $1
+             RETURNING pg_notify($2, id::text)",
+            &[&plan, &super::plans::PLANS_CHANNEL],
+        )
+        .await
+        .map_err(&err)?;
+    } else {
+        super::plans::settle(shared, &tx, plan, super::plans::Moved::Failed).await?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(true)
 }
 
 /// Rescues steps whose lease expired: back to `ready` when the step may

@@ -1,18 +1,20 @@
 //! Wake-ups between nodes: one dedicated connection per daemon LISTENs on
-//! a channel; a NOTIFY from any node wakes it. A notification is only a
+//! the channels it needs; a NOTIFY from any node wakes every waiter on
+//! that channel. A notification is only a
 //! hint: the listener also wakes at every (re)connect, since what was
 //! notified while it was away is lost, and every `poll_every` as a
 //! fallback. Whoever is woken re-reads the database.
 
 use super::{Shared, detail};
 use futures_util::StreamExt;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{mpsc, watch};
 
 pub struct Listener {
-    wake: Arc<Notify>,
+    channels: HashMap<String, Arc<watch::Sender<u64>>>,
     reconnects: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -23,19 +25,54 @@ impl Drop for Listener {
     }
 }
 
+/// One waiter's wake-ups on one channel: a change it has not seen yet
+/// is kept until it looks, however many came meanwhile.
+pub struct Wake {
+    rx: watch::Receiver<u64>,
+    /// The channel's wake-up count this waiter has seen.
+    seen: u64,
+}
+
+impl Wake {
+    /// Waits for the next reason to look at the database.
+    pub async fn woken(&mut self) {
+        loop {
+            let now = *self.rx.borrow_and_update();
+            if now != self.seen {
+                self.seen = now;
+                return;
+            }
+            if self.rx.changed().await.is_err() {
+                // The listener is gone: nothing will wake this waiter again.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
 /// `channel` as an SQL identifier.
 fn quoted(channel: &str) -> String {
     format!("\"{}\"", channel.replace('"', "\"\""))
 }
 
+fn wake_all(channels: &HashMap<String, Arc<watch::Sender<u64>>>) {
+    for tx in channels.values() {
+        tx.send_modify(|n| *n += 1);
+    }
+}
+
 impl Listener {
-    pub fn start(shared: &Shared, channel: &str, poll_every: Duration) -> Listener {
-        let wake = Arc::new(Notify::new());
+    /// One connection LISTENing on every one of `channels`.
+    pub fn start(shared: &Shared, channels: &[&str], poll_every: Duration) -> Listener {
+        let channels: HashMap<String, Arc<watch::Sender<u64>>> = channels
+            .iter()
+            .map(|c| (c.to_string(), Arc::new(watch::channel(0).0)))
+            .collect();
         let reconnects = Arc::new(AtomicU64::new(0));
         let mut config = shared.config.clone();
-        config.application_name(format!("flyto-listen {channel}"));
-        let (target, channel) = (shared.target.clone(), channel.to_string());
-        let (w, r) = (wake.clone(), reconnects.clone());
+        config.application_name("flyto-listen");
+        let target = shared.target.clone();
+        let (all, r) = (channels.clone(), reconnects.clone());
         let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             let mut first = true;
@@ -44,13 +81,13 @@ impl Listener {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(db = %target, error = %detail(&e), "the listener cannot connect; polling meanwhile");
-                        w.notify_one();
+                        wake_all(&all);
                         tokio::time::sleep(backoff.min(poll_every)).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                         continue;
                     }
                 };
-                let (tx, mut rx) = mpsc::channel::<()>(1);
+                let (tx, mut rx) = mpsc::channel::<String>(64);
                 // The connection's messages, notifications among them, come
                 // only while someone polls it.
                 let driver = tokio::spawn(async move {
@@ -58,18 +95,20 @@ impl Listener {
                         futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(m) = messages.next().await {
                         match m {
-                            Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                                let _ = tx.try_send(());
+                            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                                // Full: wake-ups are pending anyway.
+                                let _ = tx.try_send(n.channel().to_string());
                             }
                             Ok(_) => {}
                             Err(_) => break,
                         }
                     }
                 });
-                if let Err(e) = client
-                    .batch_execute(&format!("LISTEN {}", quoted(&channel)))
-                    .await
-                {
+                let listen: String = all
+                    .keys()
+                    .map(|c| format!("LISTEN {};", quoted(c)))
+                    .collect();
+                if let Err(e) = client.batch_execute(&listen).await {
                     tracing::warn!(db = %target, error = %detail(&e), "the listener cannot LISTEN; reconnecting");
                     driver.abort();
                     tokio::time::sleep(backoff).await;
@@ -81,14 +120,18 @@ impl Listener {
                 }
                 first = false;
                 // Whatever was notified while away is lost: look now.
-                w.notify_one();
+                wake_all(&all);
                 loop {
                     tokio::select! {
                         got = rx.recv() => match got {
-                            Some(()) => w.notify_one(),
+                            Some(channel) => {
+                                if let Some(tx) = all.get(&channel) {
+                                    tx.send_modify(|n| *n += 1);
+                                }
+                            }
                             None => break,
                         },
-                        _ = tokio::time::sleep(poll_every) => w.notify_one(),
+                        _ = tokio::time::sleep(poll_every) => wake_all(&all),
                     }
                 }
                 driver.abort();
@@ -96,15 +139,29 @@ impl Listener {
             }
         });
         Listener {
-            wake,
+            channels,
             reconnects,
             task,
         }
     }
 
-    /// Waits for the next reason to look at the database.
-    pub async fn woken(&self) {
-        self.wake.notified().await;
+    /// A new waiter on `channel` (one the listener was started with). Its
+    /// first wait returns at once when anything woke the channel since the
+    /// listener started (its connect, at least): that is for it to look at.
+    /// A channel it does not listen on never wakes (a mistake in the
+    /// caller, logged).
+    pub fn subscribe(&self, channel: &str) -> Wake {
+        let rx = match self.channels.get(channel) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                tracing::error!(
+                    channel,
+                    "a waiter subscribed to a channel the listener does not listen on: it is never woken"
+                );
+                watch::channel(0).1
+            }
+        };
+        Wake { rx, seen: 0 }
     }
 
     /// How often the listener had to connect again.

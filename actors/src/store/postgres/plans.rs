@@ -283,6 +283,28 @@ pub async fn count_plans(shared: &Shared, state: Option<&str>) -> Result<i64, Pg
     .get(0))
 }
 
+/// Plans per state, and steps running on any node.
+pub async fn counts(shared: &Shared) -> Result<(Vec<(String, i64)>, i64), PgError> {
+    let c = shared.client().await?;
+    let err = shared.query_err("counting plans");
+    let rows = c
+        .query(
+            "SELECT state, count(*) FROM flyto_plans GROUP BY state",
+            &[],
+        )
+        .await
+        .map_err(&err)?;
+    let running: i64 = c
+        .query_one(
+            "SELECT count(*) FROM flyto_steps WHERE state = 'running'",
+            &[],
+        )
+        .await
+        .map_err(&err)?
+        .get(0);
+    Ok((rows.iter().map(|r| (r.get(0), r.get(1))).collect(), running))
+}
+
 /// Ids of the plans named `name`, newest first.
 pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<i64>, PgError> {
     let c = shared.client().await?;
@@ -294,6 +316,32 @@ pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<i64>, PgErr
         .await
         .map_err(shared.query_err("finding plans by name"))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Deletes finished plan `id` with its steps and attempts; `Ok(false)`
+/// when there is no finished plan `id`.
+pub async fn delete_plan(shared: &Shared, id: i64) -> Result<bool, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("removing a plan");
+    let tx = c.transaction().await.map_err(&err)?;
+    let gone = tx
+        .execute(
+            "DELETE FROM flyto_plans
+             WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled')",
+            &[&id],
+        )
+        .await
+        .map_err(&err)?;
+    if gone == 1 {
+        tx.execute("DELETE FROM flyto_steps WHERE plan = $1", &[&id])
+            .await
+            .map_err(&err)?;
+        tx.execute("DELETE FROM flyto_attempts WHERE plan = $1", &[&id])
+            .await
+            .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(gone == 1)
 }
 
 /// Cancels a plan: its steps that have not run are cancelled, and those

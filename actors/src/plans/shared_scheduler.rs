@@ -1,0 +1,295 @@
+//! The scheduler of a node on the shared store: it answers the same
+//! messages as the one-machine scheduler, under the same name, but keeps
+//! no plan itself. A submit is checked as there and stored in PostgreSQL;
+//! a cancel revokes the plan's leases and answers once every attempt it
+//! revoked has stopped, on whichever node it ran; this node's [`Runner`]
+//! claims and runs steps. Each request is a task, so the mailbox never
+//! waits on the database. It may not touch the node's sled store.
+
+use super::cluster::{Launch, Runner, RunnerConfig};
+use super::model::{format_id, plan_log_dir};
+use super::scheduler::{Cancelled, SchedulerMsg, prepare};
+use super::shared::{self, Submitted};
+use super::shared_reader::{SharedReader, unavailable};
+use super::validate::Workdirs;
+use super::{Origin, PlanConfig, Reject};
+use crate::clock::Clock;
+use crate::store::postgres::claims;
+use crate::store::postgres::plans::{self, Cancel, PLANS_CHANNEL, next_plan_id};
+use crate::tools::sandbox::tmpdir_for;
+use flyto_protocol::{ErrorCode, PlanSpec, PlanState};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct SharedSchedulerArgs {
+    pub reader: SharedReader,
+    pub config: PlanConfig,
+    pub clock: Arc<dyn Clock>,
+    pub runner: RunnerConfig,
+    pub launch: Arc<dyn Launch>,
+}
+
+pub struct SharedSchedulerActor;
+
+pub struct SharedState {
+    ctx: Arc<Ctx>,
+    runner: Arc<Runner>,
+    draining: bool,
+}
+
+/// What the request tasks share.
+struct Ctx {
+    reader: SharedReader,
+    config: Mutex<PlanConfig>,
+    clock: Arc<dyn Clock>,
+    workdirs: Mutex<Workdirs>,
+}
+
+impl Ctx {
+    fn config(&self) -> PlanConfig {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Actor for SharedSchedulerActor {
+    type Msg = SchedulerMsg;
+    type State = SharedState;
+    type Arguments = SharedSchedulerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SharedSchedulerArgs,
+    ) -> Result<SharedState, ActorProcessingErr> {
+        let runner = Runner::start(
+            args.reader.shared.clone(),
+            args.runner,
+            args.launch,
+            args.reader.listener.clone(),
+        );
+        Ok(SharedState {
+            ctx: Arc::new(Ctx {
+                reader: args.reader,
+                config: Mutex::new(args.config),
+                clock: args.clock,
+                workdirs: Mutex::default(),
+            }),
+            runner: Arc::new(runner),
+            draining: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut SharedState,
+    ) -> Result<(), ActorProcessingErr> {
+        let ctx = state.ctx.clone();
+        match msg {
+            SchedulerMsg::Submit {
+                plan,
+                idempotency_key,
+                origin,
+                reply,
+                early,
+            } => {
+                if state.draining {
+                    let _ = reply.send(Err(shutting_down()));
+                    return Ok(());
+                }
+                tokio::spawn(async move {
+                    let answer = submit(&ctx, plan, idempotency_key, origin, None).await;
+                    if let Some(early) = early {
+                        early(&answer);
+                    }
+                    let _ = reply.send(answer);
+                });
+            }
+            SchedulerMsg::Cancel { id, reply } => {
+                tokio::spawn(async move {
+                    let _ = reply.send(cancel(&ctx, &id).await);
+                });
+            }
+            SchedulerMsg::Restart { id, origin, reply } => {
+                if state.draining {
+                    let _ = reply.send(Err(shutting_down()));
+                    return Ok(());
+                }
+                tokio::spawn(async move {
+                    let answer = async {
+                        let old = finished(&ctx, &id, "restarted").await?;
+                        submit(&ctx, old.spec(), None, origin, Some(old.id))
+                            .await
+                            .map(|(id, _)| id)
+                    };
+                    let _ = reply.send(answer.await);
+                });
+            }
+            SchedulerMsg::Remove { id, reply } => {
+                tokio::spawn(async move {
+                    let _ = reply.send(remove(&ctx, &id).await);
+                });
+            }
+            SchedulerMsg::Drain { grace, reply } => {
+                state.draining = true;
+                let runner = state.runner.clone();
+                let wait_more = ctx.config().kill_grace + Duration::from_secs(5);
+                tokio::spawn(async move {
+                    runner.drain(grace, wait_more).await;
+                    let _ = reply.send(());
+                });
+            }
+            SchedulerMsg::Reconfigure(config) => {
+                *ctx.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
+            }
+            SchedulerMsg::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            // The runner runs this node's steps; these are the one-machine
+            // scheduler's own.
+            SchedulerMsg::StepSpawned { .. }
+            | SchedulerMsg::StepFinished { .. }
+            | SchedulerMsg::DrainDeadline
+            | SchedulerMsg::Sweep => {}
+        }
+        Ok(())
+    }
+}
+
+fn shutting_down() -> Reject {
+    Reject::new(
+        ErrorCode::Unavailable,
+        "flytod is shutting down: submit the plan on another node, or again once this one has restarted",
+    )
+}
+
+async fn submit(
+    ctx: &Ctx,
+    spec: PlanSpec,
+    key: Option<String>,
+    origin: Option<Origin>,
+    restarted_from: Option<u64>,
+) -> Result<(String, bool), Reject> {
+    if let Some(step) = spec.steps.iter().find(|s| s.prompt.is_some()) {
+        return Err(Reject::new(
+            ErrorCode::BadRequest,
+            format!(
+                "step `{}` is an agent step, and agent steps do not run on the shared store yet: submit the plan to a flytod with [store] backend = \"sled\", or make the step a `run` command",
+                step.id
+            ),
+        ));
+    }
+    let shared = &ctx.reader.shared;
+    let id = next_plan_id(shared).await.map_err(unavailable)? as u64;
+    let rec = {
+        let mut workdirs = ctx.workdirs.lock().unwrap_or_else(|e| e.into_inner());
+        prepare(
+            spec,
+            key,
+            origin.as_ref(),
+            &ctx.config(),
+            &mut workdirs,
+            (id, ctx.clock.now_ms()),
+            restarted_from,
+        )?
+    };
+    match shared::submit(shared, rec.clone())
+        .await
+        .map_err(unavailable)?
+    {
+        Submitted::New(id) => Ok((format_id(id), false)),
+        Submitted::Existing(first) if first.spec() != rec.spec() => Err(Reject::new(
+            ErrorCode::Conflict,
+            format!(
+                "the idempotency key `{}` belongs to plan {}, which has a different spec: use a new key for a different plan",
+                rec.idempotency_key.unwrap_or_default(),
+                format_id(first.id)
+            ),
+        )),
+        Submitted::Existing(first) => Ok((format_id(first.id), true)),
+    }
+}
+
+/// How long a cancel waits for the attempts it revoked to stop, beyond
+/// the kill grace: their nodes hear of it at once (LISTEN/NOTIFY).
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+async fn cancel(ctx: &Ctx, key: &str) -> Result<Cancelled, Reject> {
+    let reader = &ctx.reader;
+    let n = reader.resolve(key).await?;
+    let mut wake = reader.listener.subscribe(PLANS_CHANNEL);
+    let revoked = match plans::cancel_plan(&reader.shared, n as i64, "cancelled by user")
+        .await
+        .map_err(unavailable)?
+    {
+        Cancel::NotFound => return Err(Reject::not_found(key)),
+        Cancel::Finished(state) => {
+            return Ok(Cancelled {
+                id: format_id(n),
+                state: super::shared::plan_state(&state),
+                already_finished: true,
+            });
+        }
+        Cancel::Cancelled { revoked } => revoked,
+    };
+    // A cancel after which a step keeps running would be a lie: answer
+    // once each revoked attempt's node has seen its process end.
+    let deadline = tokio::time::Instant::now() + ctx.config().kill_grace + CANCEL_WAIT;
+    while !revoked.is_empty() {
+        match claims::still_running(&reader.shared, &revoked).await {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check that a cancelled plan's steps stopped")
+            }
+        }
+        tokio::select! {
+            _ = wake.woken() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(plan = %format_id(n), "a cancelled plan's steps were not seen to stop in time");
+                break;
+            }
+        }
+    }
+    Ok(Cancelled {
+        id: format_id(n),
+        state: PlanState::Cancelled,
+        already_finished: false,
+    })
+}
+
+/// The finished plan behind `key`; `Conflict` while it is queued or
+/// running.
+async fn finished(ctx: &Ctx, key: &str, doing: &str) -> Result<super::model::PlanRecord, Reject> {
+    let rec = ctx.reader.record(key).await?;
+    if !rec.state.is_terminal() {
+        let id = format_id(rec.id);
+        return Err(Reject::new(
+            ErrorCode::Conflict,
+            format!(
+                "{id} is {}: only a finished plan can be {doing}; cancel it first (`flytoctl plan_cancel {id}`) or wait for it",
+                rec.state.as_str()
+            ),
+        ));
+    }
+    Ok(rec)
+}
+
+async fn remove(ctx: &Ctx, key: &str) -> Result<String, Reject> {
+    let rec = finished(ctx, key, "removed").await?;
+    if !plans::delete_plan(&ctx.reader.shared, rec.id as i64)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(Reject::not_found(key));
+    }
+    // This node's logs of it (other nodes keep theirs).
+    let _ = std::fs::remove_dir_all(plan_log_dir(&ctx.reader.log_dir, rec.id));
+    let _ = std::fs::remove_dir_all(tmpdir_for(&format_id(rec.id)));
+    Ok(format_id(rec.id))
+}

@@ -1,0 +1,415 @@
+//! flytod on the shared store, through the real binaries: several daemons
+//! on one PostgreSQL answer for each other's plans, run each step once,
+//! lose nothing when one is killed, and start (or refuse to) with a clear
+//! account of the database.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_protocol::{PlanState, Request, Response, StepState};
+use flyto_tests::pg::TestPostgres;
+use flyto_tests::{DEADLINE, TestEnv, wait_until};
+use std::time::Duration;
+
+/// A node's config on database `db`: fast kills and a short drain.
+fn node_config(pg: &TestPostgres, db: &str) -> String {
+    format!(
+        "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\nmax_parallel_plans = 4\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
+        pg.url_for(db)
+    )
+}
+
+/// Two nodes' environments on a new database `db`.
+fn two_nodes(pg: &TestPostgres, db: &str) -> (TestEnv, TestEnv) {
+    pg.create_database(db);
+    (
+        TestEnv::new(&node_config(pg, db)),
+        TestEnv::new(&node_config(pg, db)),
+    )
+}
+
+/// A one-step plan running `body`.
+fn one_step(body: &str, idempotent: bool) -> flyto_protocol::PlanSpec {
+    flyto_protocol::PlanSpec {
+        steps: vec![flyto_protocol::StepSpec {
+            id: "main".into(),
+            run: Some(body.into()),
+            idempotent,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn submitted(out: &flyto_tests::CtlOutput) -> String {
+    assert_eq!(out.code, 0, "stdout: {} stderr: {}", out.stdout, out.stderr);
+    out.stdout.trim().to_string()
+}
+
+/// Processes of plan `plan`'s step `step` run by a node of the shared
+/// store of this test: other tests' databases have plans of the same ids,
+/// but their daemons another HOME.
+fn step_processes(env: &TestEnv, plan: &str, step: &str) -> Vec<i32> {
+    flyto_tests::processes_with(&[
+        &format!("FLYTO_PLAN_ID={plan}"),
+        &format!("FLYTO_STEP={step}"),
+        &format!("HOME={}", env.work.display()),
+    ])
+}
+
+fn stats(env: &TestEnv) -> flyto_protocol::DaemonStats {
+    match env.client().call(&Request::Stats {}).expect("stats") {
+        Response::Stats { stats } => stats,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// Makes every running step's lease run out now, as if its node had been
+/// silent for the whole lease: the sweep may take it at once.
+fn expire_leases(pg: &TestPostgres, db: &str) {
+    pg.sql(
+        db,
+        "UPDATE flyto_steps SET lease_until = now() - interval '1 second' WHERE state = 'running'",
+    );
+}
+
+#[test]
+fn two_daemons_on_one_database_answer_for_each_other_and_run_each_step_once() {
+    let pg = TestPostgres::start();
+    let (a, b) = two_nodes(&pg, "two");
+    let (_da, _db) = (a.start(), b.start());
+    let ran = a.tmp.path().join("ran");
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let env = if i % 2 == 0 { &a } else { &b };
+        let cmd = format!("echo $FLYTO_PLAN_ID >> {}", ran.display());
+        ids.push(submitted(&env.ctl(&["submit_plan", "--run", &cmd])));
+    }
+    // Every plan, whichever node took it, is seen finished from both.
+    for id in &ids {
+        for env in [&a, &b] {
+            let plan = env.wait_plan(id, "finished", |p| p.state.is_terminal());
+            assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+        }
+    }
+    let lines = std::fs::read_to_string(&ran).expect("the steps' output file");
+    let mut seen: Vec<&str> = lines.lines().collect();
+    seen.sort_unstable();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(seen, want, "each plan's step must run exactly once");
+    // Both list all twelve.
+    for env in [&a, &b] {
+        let out = env.ctl(&["plan_list", "--json"]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        for id in &ids {
+            assert!(
+                out.stdout.contains(&format!("\"{id}\"")),
+                "{id} missing: {}",
+                out.stdout
+            );
+        }
+    }
+    // `--wait` on one node follows a plan to its end wherever it runs.
+    let out = a.ctl(&["submit_plan", "--run", "echo from-some-node", "--wait"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "from-some-node\n");
+    // stats: the backend, this node, and its peer.
+    let (sa, sb) = (stats(&a), stats(&b));
+    assert!(
+        sa.store.starts_with("postgres at 127.0.0.1:"),
+        "{}",
+        sa.store
+    );
+    assert!(!sa.node.is_empty() && sa.node != sb.node);
+    for s in [&sa, &sb] {
+        let nodes: Vec<&str> = s.peers.iter().map(|p| p.node.as_str()).collect();
+        assert!(
+            nodes.contains(&sa.node.as_str()) && nodes.contains(&sb.node.as_str()),
+            "{nodes:?}"
+        );
+    }
+    assert_eq!(sa.plans_succeeded, 13);
+    let text = a.ctl(&["stats"]);
+    assert!(text.stdout.contains(&sb.node), "{}", text.stdout);
+    assert!(!sa.store.contains("postgres://"), "{}", sa.store);
+    // An agent step is refused, saying why and what to do; nothing is stored.
+    let agent = b.ctl(&["submit_plan", "--prompt", "summarise the logs"]);
+    assert_eq!(agent.code, 2, "{} {}", agent.stdout, agent.stderr);
+    assert!(
+        agent
+            .stderr
+            .contains("agent steps do not run on the shared store")
+            && agent.stderr.contains("backend = \"sled\""),
+        "{}",
+        agent.stderr
+    );
+    assert_eq!(stats(&b).plans_succeeded + stats(&b).plans_pending, 13);
+}
+
+#[test]
+fn a_cancel_from_another_node_answers_once_the_step_has_stopped() {
+    let pg = TestPostgres::start();
+    let (a, b) = two_nodes(&pg, "cancel");
+    let _da = a.start();
+    let id = submitted(&a.ctl(&["submit_plan", "--run", "sleep 300"]));
+    a.wait_plan(&id, "its step running", |p| {
+        p.steps[0].state == StepState::Running
+    });
+    wait_until("the step's process", DEADLINE, || {
+        (!step_processes(&a, &id, "main").is_empty()).then_some(())
+    });
+    // B did not run it; it cancels it.
+    let _db = b.start();
+    let out = b.ctl(&["plan_cancel", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("cancelled {id}")),
+        "{}",
+        out.stdout
+    );
+    // The answer came after the process ended, on the node that ran it.
+    assert_eq!(step_processes(&a, &id, "main"), Vec::<i32>::new());
+    let plan = a.status(&id);
+    assert_eq!(plan.state, PlanState::Cancelled, "{plan:?}");
+    // Cancelling it again says it had finished.
+    let again = a.ctl(&["plan_cancel", &id]);
+    assert!(again.stdout.contains("already"), "{}", again.stdout);
+}
+
+#[test]
+fn a_node_killed_mid_step_loses_nothing_its_steps_go_to_another_node() {
+    let pg = TestPostgres::start();
+    let (a, b) = two_nodes(&pg, "kill");
+    let da = a.start();
+    let tries = a.tmp.path().join("tries");
+    let gate = a.tmp.path().join("gate");
+    // Runs until the gate exists: on A it never does.
+    let body = format!(
+        "echo $FLYTO_ATTEMPT >> {t}; while [ ! -e {g} ]; do sleep 0.05; done; echo done",
+        t = tries.display(),
+        g = gate.display()
+    );
+    let again = a.submit(one_step(&body, true));
+    let once = a.submit(one_step(&body, false));
+    for id in [&again, &once] {
+        a.wait_plan(id, "its step running", |p| {
+            p.steps[0].state == StepState::Running
+        });
+    }
+    // The node dies with its steps (a machine that goes away).
+    da.kill9();
+    for id in [&again, &once] {
+        for pid in step_processes(&a, id, "main") {
+            // SAFETY: killing a leftover test child.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    std::fs::write(&gate, "").expect("gate");
+    let _db = b.start();
+    // Its leases run out (the database's clock, moved on by the test).
+    expire_leases(&pg, "kill");
+    let rerun = b.wait_plan(&again, "finished on B", |p| p.state.is_terminal());
+    assert_eq!(rerun.state, PlanState::Succeeded, "{rerun:?}");
+    assert_eq!(rerun.steps[0].stdout_tail, "done\n");
+    let lost = b.wait_plan(&once, "finished on B", |p| p.state.is_terminal());
+    assert_eq!(lost.state, PlanState::Failed, "{lost:?}");
+    assert_eq!(
+        lost.steps[0].error.as_deref(),
+        Some("lease lost"),
+        "{lost:?}"
+    );
+    // Two attempts of the idempotent step, under two tokens; one of the other.
+    let tries = std::fs::read_to_string(&tries).expect("tries");
+    let tokens: Vec<&str> = tries.lines().collect();
+    assert_eq!(tokens.len(), 3, "{tries}");
+}
+
+#[test]
+fn a_draining_node_hands_its_idempotent_step_to_another() {
+    let pg = TestPostgres::start();
+    let (a, b) = two_nodes(&pg, "drain");
+    let da = a.start();
+    let gate = a.tmp.path().join("gate");
+    let body = format!(
+        "while [ ! -e {g} ]; do sleep 0.05; done; echo finished-on-$FLYTO_ATTEMPT",
+        g = gate.display()
+    );
+    let id = a.submit(one_step(&body, true));
+    a.wait_plan(&id, "its step running", |p| {
+        p.steps[0].state == StepState::Running
+    });
+    wait_until("the step's process", DEADLINE, || {
+        (!step_processes(&a, &id, "main").is_empty()).then_some(())
+    });
+    let mut da = da;
+    da.signal(libc::SIGTERM);
+    assert!(da.wait_exit(DEADLINE).success(), "{}", da.log());
+    assert_eq!(step_processes(&a, &id, "main"), Vec::<i32>::new());
+    let log_a = da.log();
+    let handed = b.start();
+    std::fs::write(&gate, "").expect("gate");
+    let plan = b.wait_plan(&id, "finished on B", |p| p.state.is_terminal());
+    assert_eq!(
+        plan.state,
+        PlanState::Succeeded,
+        "{plan:?}\n--- A ---\n{log_a}"
+    );
+    // The interrupted attempt did not count against the step.
+    assert_eq!(plan.steps[0].attempts, 1, "{plan:?}");
+    drop(handed);
+}
+
+/// A flytod started without waiting for READY: its sd_notify messages
+/// and its log.
+struct Starting {
+    child: std::process::Child,
+    notify: std::os::unix::net::UnixDatagram,
+    log: std::path::PathBuf,
+    notes: Vec<String>,
+}
+
+impl Starting {
+    fn spawn(env: &TestEnv, extra: &[(&str, &str)]) -> Starting {
+        let notify_path = env.tmp.path().join("notify.sock");
+        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let log = env.tmp.path().join("flytod.log");
+        let file = std::fs::File::create(&log).expect("log");
+        let child = env
+            .command(&flyto_tests::bin("flytod"))
+            .env("NOTIFY_SOCKET", &notify_path)
+            .envs(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .spawn()
+            .expect("flytod");
+        Starting {
+            child,
+            notify,
+            log,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The first sd_notify message containing `needle`.
+    fn wait_note(&mut self, needle: &str) -> String {
+        let mut buf = [0u8; 4096];
+        let (notify, notes) = (&self.notify, &mut self.notes);
+        wait_until(&format!("sd_notify {needle}"), DEADLINE, || {
+            let n = notify.recv(&mut buf).ok()?;
+            let note = String::from_utf8_lossy(&buf[..n]).into_owned();
+            notes.push(note.clone());
+            note.contains(needle).then_some(note)
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_unreachable_database_holds_ready_back_and_says_why_until_it_is_up() {
+    let pg = TestPostgres::start();
+    pg.create_database("late");
+    pg.stop();
+    let env = TestEnv::new(&node_config(&pg, "late"));
+    let mut daemon = Starting::spawn(&env, &[]);
+    let waiting = daemon.wait_note("STATUS=waiting for the shared store");
+    assert!(
+        !daemon.notes.iter().any(|n| n.contains("READY=1")),
+        "{:?}",
+        daemon.notes
+    );
+    let port = pg.port().to_string();
+    for part in [
+        "127.0.0.1",
+        port.as_str(),
+        "user postgres",
+        "cannot connect",
+    ] {
+        assert!(waiting.contains(part), "{part} missing: {waiting}");
+    }
+    // The database comes up: the daemon joins and is ready.
+    pg.start_again();
+    daemon.wait_note("READY=1");
+    let id = submitted(&env.ctl(&["submit_plan", "--run", "true"]));
+    env.wait_plan(&id, "succeeded", |p| p.state == PlanState::Succeeded);
+}
+
+#[test]
+fn wrong_credentials_are_retried_and_never_show_the_password() {
+    let pg = TestPostgres::start();
+    pg.create_database("creds");
+    pg.add_password_user("flyto_node", "right-horse-battery");
+    let url = format!(
+        "postgres://flyto_node:wrong-staple-9911@127.0.0.1:{}/creds",
+        pg.port()
+    );
+    let env = TestEnv::new("[store]\nbackend = \"postgres\"\n");
+    let mut daemon = Starting::spawn(&env, &[("FLYTO_DATABASE_URL", &url)]);
+    let first = daemon.wait_note("STATUS=waiting for the shared store");
+    // And again: it retries.
+    daemon.notes.clear();
+    let second = daemon.wait_note("STATUS=waiting for the shared store");
+    for note in [&first, &second] {
+        assert!(note.contains("user flyto_node"), "{note}");
+        assert!(note.contains("password authentication failed"), "{note}");
+    }
+    let log = daemon.log();
+    assert!(log.contains("password authentication failed"), "{log}");
+    for text in [&first, &second, &log] {
+        assert!(
+            !text.contains("wrong-staple-9911"),
+            "the password leaked: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_schema_newer_than_flytod_stops_it_naming_both_versions() {
+    let pg = TestPostgres::start();
+    pg.create_database("newer");
+    let env = TestEnv::new(&node_config(&pg, "newer"));
+    drop(env.start());
+    pg.sql("newer", "INSERT INTO flyto_schema (version) VALUES (999)");
+    let Err(log) = env.try_start(&[]) else {
+        panic!("flytod started on a newer schema");
+    };
+    assert!(log.contains("version 999"), "{log}");
+    assert!(
+        log.contains(&format!("({})", flyto_actors::store::postgres::LATEST)),
+        "{log}"
+    );
+    assert!(log.contains("upgrade flytod"), "{log}");
+}
+
+#[test]
+fn a_postgres_backend_without_a_url_is_a_config_error_naming_both_ways() {
+    let check = |config: &str| {
+        let env = TestEnv::new(config);
+        let out = env
+            .command(&flyto_tests::bin("flytod"))
+            .arg("check-config")
+            .output()
+            .expect("flytod");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = check("[store]\nbackend = \"postgres\"\n");
+    assert!(
+        err.contains("[store] url") && err.contains("FLYTO_DATABASE_URL"),
+        "{err}"
+    );
+    let err = check("[store]\nurl = \"postgres://x@127.0.0.1/db\"\n");
+    assert!(err.contains("backend = \"postgres\""), "{err}");
+}
