@@ -230,6 +230,7 @@ fn shared_scheduler_spec(
     plan_config: &Arc<RwLock<PlanConfig>>,
     clock: &Arc<dyn Clock>,
     state_dir: &Path,
+    sockets: Arc<dyn PlanSockets>,
 ) -> ChildSpec {
     use flyto_actors::plans::cluster::{ProcessLaunch, RunnerConfig};
     use flyto_actors::plans::shared_scheduler::{SharedSchedulerActor, SharedSchedulerArgs};
@@ -252,6 +253,9 @@ fn shared_scheduler_spec(
                 log_dir: Some(log_dir.clone()),
                 log_max: config.log_max_bytes,
                 tail_max: config.output_tail_bytes,
+                sockets: sockets.clone(),
+                fallback_socket: config.plan_socket.clone(),
+                socket_users: Default::default(),
             });
             let args = SharedSchedulerArgs {
                 reader: reader.clone(),
@@ -260,6 +264,9 @@ fn shared_scheduler_spec(
                     // This node's share: as many steps as it would run
                     // alone.
                     slots: (config.max_parallel_plans * config.max_parallel_steps).max(1),
+                    // As on one machine: a child plan per level of the
+                    // depth cap may run beside the steps waiting for it.
+                    child_slots: (config.max_parallel_steps * config.max_depth as usize).max(1),
                     sweep_every: Duration::from_secs(5),
                     keeper: Default::default(),
                 },
@@ -481,7 +488,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     plan_sockets.remove_stale();
 
     let scheduler_spec = if let (Some(shared_reader), Some(j)) = (&shared_reader, &joined) {
-        shared_scheduler_spec(shared_reader, &j.node, &plan_config, &clock, &state_dir)
+        shared_scheduler_spec(
+            shared_reader,
+            &j.node,
+            &plan_config,
+            &clock,
+            &state_dir,
+            plan_sockets.clone(),
+        )
     } else {
         let reader = reader.clone();
         let sockets: Arc<dyn PlanSockets> = plan_sockets.clone();

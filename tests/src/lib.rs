@@ -105,7 +105,17 @@ pub fn processes_with(vars: &[&str]) -> Vec<i32> {
         .collect()
 }
 
+/// Where a test's daemon keeps its plans.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Backend {
+    Sled,
+    /// A PostgreSQL of the test's own (see [`TestEnv::on`]).
+    Postgres,
+}
+
 pub struct TestEnv {
+    /// With [`Backend::Postgres`]: the env's own server, stopped with it.
+    pub pg: Option<pg::TestPostgres>,
     pub tmp: tempfile::TempDir,
     /// The state dir's parent when it is not under `tmp` (see
     /// [`TestEnv::with_state_in`]).
@@ -145,6 +155,7 @@ impl TestEnv {
             .expect("temp dir");
         let root = tmp.path().to_path_buf();
         let env = TestEnv {
+            pg: None,
             state: state_tmp
                 .as_ref()
                 .map_or_else(|| root.join("state"), |t| t.path().join("state")),
@@ -159,7 +170,40 @@ impl TestEnv {
         env
     }
 
+    /// Like [`TestEnv::new`], with the daemon's plans on `backend`: for
+    /// PostgreSQL, a server of this env's own, with the `[store]` section
+    /// appended to `config` (so it may not have one). [`TestEnv::write_config`]
+    /// keeps it.
+    pub fn on(backend: Backend, config: &str) -> TestEnv {
+        match backend {
+            Backend::Sled => TestEnv::new(config),
+            Backend::Postgres => {
+                let pg = pg::TestPostgres::start();
+                pg.create_database("flyto");
+                let mut env = TestEnv::new("");
+                env.pg = Some(pg);
+                env.write_config(config);
+                env
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pg {
+            Some(_) => Backend::Postgres,
+            None => Backend::Sled,
+        }
+    }
+
     pub fn write_config(&self, text: &str) {
+        if let Some(pg) = &self.pg {
+            let store = format!(
+                "\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
+                pg.url_for("flyto")
+            );
+            std::fs::write(&self.config, format!("{text}{store}")).expect("write config");
+            return;
+        }
         std::fs::write(&self.config, text).expect("write config");
     }
 

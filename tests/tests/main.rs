@@ -1,6 +1,24 @@
 //! End-to-end tests: one binary, one module per area. They drive the real
 //! binaries; build them first (`cargo build --workspace --bins`).
 
+/// One suite, both stores: each named test body (a `fn(Backend)` of the
+/// module) runs once on sled (`name::sled`) and once on a PostgreSQL of
+/// its own (`name::postgres`).
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sled() {
+                super::$name(flyto_tests::Backend::Sled)
+            }
+            #[test]
+            fn postgres() {
+                super::$name(flyto_tests::Backend::Postgres)
+            }
+        }
+    )*};
+}
+
 mod bad_input;
 mod channel_clients;
 mod channel_clients_wx;

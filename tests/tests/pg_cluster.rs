@@ -73,6 +73,7 @@ async fn node(pg: &TestPostgres, db: &str, name: &str, heartbeat: Duration) -> R
         RunnerConfig {
             node: name.into(),
             slots: 4,
+            child_slots: 0,
             sweep_every: Duration::from_millis(500),
             keeper: KeeperTimes {
                 every: heartbeat,
@@ -84,6 +85,9 @@ async fn node(pg: &TestPostgres, db: &str, name: &str, heartbeat: Duration) -> R
             log_dir: None,
             log_max: 1 << 20,
             tail_max: 4096,
+            sockets: Arc::new(flyto_actors::plans::NoPlanSockets),
+            fallback_socket: String::new(),
+            socket_users: Default::default(),
         }),
         listener,
     )
@@ -140,7 +144,9 @@ fn three_nodes_run_every_step_once_after_its_dependencies() {
         for l in text.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             assert_eq!(f.len(), 4, "{l}");
-            runs.entry((f[0].into(), f[1].into()))
+            // FLYTO_STEP is `<plan>/<step>`.
+            let step = f[1].rsplit('/').next().unwrap();
+            runs.entry((f[0].into(), step.into()))
                 .or_default()
                 .push(f[3].parse().unwrap());
         }

@@ -50,7 +50,7 @@ fn submitted(out: &flyto_tests::CtlOutput) -> String {
 fn step_processes(env: &TestEnv, plan: &str, step: &str) -> Vec<i32> {
     flyto_tests::processes_with(&[
         &format!("FLYTO_PLAN_ID={plan}"),
-        &format!("FLYTO_STEP={step}"),
+        &format!("FLYTO_STEP={plan}/{step}"),
         &format!("HOME={}", env.work.display()),
     ])
 }
@@ -190,11 +190,12 @@ fn a_node_killed_mid_step_loses_nothing_its_steps_go_to_another_node() {
     );
     let again = a.submit(one_step(&body, true));
     let once = a.submit(one_step(&body, false));
-    for id in [&again, &once] {
-        a.wait_plan(id, "its step running", |p| {
-            p.steps[0].state == StepState::Running
-        });
-    }
+    // Both steps' processes have started (a claimed step is running in
+    // the database a moment before its process is).
+    wait_until("both steps to start", DEADLINE, || {
+        let lines = std::fs::read_to_string(&tries).unwrap_or_default();
+        (lines.lines().count() == 2).then_some(())
+    });
     // The node dies with its steps (a machine that goes away).
     da.kill9();
     for id in [&again, &once] {

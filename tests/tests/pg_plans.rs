@@ -25,6 +25,7 @@ fn step(id: &str, deps: &[&str]) -> NewStep {
 async fn submit(shared: &Shared, steps: Vec<NewStep>, key: Option<&str>) -> (i64, Inserted) {
     let id = plans::next_plan_id(shared).await.unwrap();
     let plan = NewPlan {
+        depth: 0,
         id,
         record: id.to_be_bytes().to_vec(),
         idempotency_key: key.map(str::to_string),
@@ -267,7 +268,12 @@ fn keys_names_and_ids_hold_across_nodes() {
         }
         let (second, _) = submit(&other, vec![step("a", &[])], None).await;
         assert_eq!(
-            plans::find_by_name(&shared, "build").await.unwrap(),
+            plans::find_by_name(&shared, "build")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>(),
             [second, first]
         );
         assert_eq!(plans::count_plans(&shared, None).await.unwrap(), 2);

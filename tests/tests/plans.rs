@@ -11,7 +11,7 @@ use flyto_tests::flyto_protocol::{
     self as proto, ClientError, DaemonStats, ErrorCode, Event, PlanSpec, PlanState, PlanSummary,
     PlanView, Request, Response, StepSpec, StepState,
 };
-use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
+use flyto_tests::{Backend, DEADLINE, TestEnv, bin, wait_until};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -130,9 +130,8 @@ fn wait_for_file(file: &Path) -> String {
     )
 }
 
-#[test]
-fn submit_wait_prints_the_output_and_exits_with_the_outcome() {
-    let env = TestEnv::new(FAST);
+fn submit_wait_prints_the_output_and_exits_with_the_outcome(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
 
     let ok = env.ctl(&["submit_plan", "--run", "echo hello", "--wait"]);
@@ -156,9 +155,8 @@ fn submit_wait_prints_the_output_and_exits_with_the_outcome() {
     );
 }
 
-#[test]
-fn a_cancelled_plan_ends_wait_with_exit_5_and_kills_the_step() {
-    let env = TestEnv::new(FAST);
+fn a_cancelled_plan_ends_wait_with_exit_5_and_kills_the_step(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
 
     let waiter = spawn_ctl(&env, &["submit_plan", "--run", "sleep 30", "--wait"]);
@@ -237,9 +235,8 @@ fn check_dag(env: &TestEnv, id: &str, name: &str) {
     assert_eq!(c.stdout_tail, "c-out\n");
 }
 
-#[test]
-fn plans_from_toml_json_and_stdin_then_status_log_and_list() {
-    let env = TestEnv::new(FAST);
+fn plans_from_toml_json_and_stdin_then_status_log_and_list(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let toml_path = env.work.join("plan.toml");
     std::fs::write(&toml_path, DAG_TOML).expect("write plan");
@@ -362,9 +359,8 @@ fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
     rx
 }
 
-#[test]
-fn status_watch_follows_a_plan_to_the_end_in_plain_lines() {
-    let env = TestEnv::new(FAST);
+fn status_watch_follows_a_plan_to_the_end_in_plain_lines(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let go = env.work.join("go");
     let id = env.submit(PlanSpec {
@@ -416,9 +412,8 @@ fn status_watch_follows_a_plan_to_the_end_in_plain_lines() {
     assert!(out.stderr.contains("exit code 7"), "{}", out.stderr);
 }
 
-#[test]
-fn plan_watch_sends_a_snapshot_then_ordered_events_then_end() {
-    let env = TestEnv::new(FAST);
+fn plan_watch_sends_a_snapshot_then_ordered_events_then_end(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let go = env.work.join("go");
     let id = env.submit(PlanSpec {
@@ -530,9 +525,8 @@ impl JsonConn {
     }
 }
 
-#[test]
-fn json_lines_mode_answers_without_a_handshake() {
-    let env = TestEnv::new(FAST);
+fn json_lines_mode_answers_without_a_handshake(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let daemon = env.start();
     let mut conn = JsonConn::open(&env);
 
@@ -583,9 +577,8 @@ fn json_lines_mode_answers_without_a_handshake() {
     }
 }
 
-#[test]
-fn an_idempotency_key_submits_once() {
-    let env = TestEnv::new(FAST);
+fn an_idempotency_key_submits_once(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let args = [
         "submit_plan",
@@ -653,9 +646,8 @@ fn cancelling_a_pending_plan_is_immediate_and_leaves_the_running_one() {
     );
 }
 
-#[test]
-fn max_parallel_plans_runs_two_plans_at_once() {
-    let env = TestEnv::new(&fast_with("max_parallel_plans = 2\n"));
+fn max_parallel_plans_runs_two_plans_at_once(backend: Backend) {
+    let env = TestEnv::on(backend, &fast_with("max_parallel_plans = 2\n"));
     let _daemon = env.start();
     let go = env.work.join("go");
     let mut ids = Vec::new();
@@ -709,9 +701,8 @@ fn an_agent_step_fails_without_a_model() {
     assert!(error.starts_with("no model configured"), "{error}");
 }
 
-#[test]
-fn a_step_timeout_fails_the_step_with_exit_code_124() {
-    let env = TestEnv::new(FAST);
+fn a_step_timeout_fails_the_step_with_exit_code_124(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let started = Instant::now();
     let id = env.submit(PlanSpec {
@@ -774,9 +765,8 @@ fn finished_plans_and_their_logs_expire_after_the_ttl() {
     assert!(list(&env, None).is_empty());
 }
 
-#[test]
-fn steps_get_the_flyto_variables_but_not_the_daemons_secrets() {
-    let env = TestEnv::new(FAST);
+fn steps_get_the_flyto_variables_but_not_the_daemons_secrets(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env
         .try_start(&[("MY_API_KEY", "sk-secret-123")])
         .unwrap_or_else(|log| panic!("flytod did not start:\n{log}"));
@@ -799,9 +789,8 @@ fn steps_get_the_flyto_variables_but_not_the_daemons_secrets() {
     assert!(!vars.contains("MY_API_KEY"), "{vars}");
 }
 
-#[test]
-fn a_step_can_submit_a_plan_through_flyto_plan_sock() {
-    let env = TestEnv::new(&fast_with("max_parallel_plans = 2\n"));
+fn a_step_can_submit_a_plan_through_flyto_plan_sock(backend: Backend) {
+    let env = TestEnv::on(backend, &fast_with("max_parallel_plans = 2\n"));
     let _daemon = env.start();
     // FLYTO_SOCK is removed so only FLYTO_PLAN_SOCK can lead to the daemon.
     let command = format!(
@@ -924,9 +913,8 @@ fn flytoctl_without_a_daemon_exits_3_and_says_how_to_start_it() {
 /// step's chain: plans they submit nest one level deeper, past
 /// `plans.max_depth` they are refused, and nothing but plan requests is
 /// served there.
-#[test]
-fn plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap() {
-    let env = TestEnv::new("[plans]\nmax_parallel_plans = 8\nmax_depth = 2\n");
+fn plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap(backend: Backend) {
+    let env = TestEnv::on(backend, "[plans]\nmax_parallel_plans = 8\nmax_depth = 2\n");
     let _daemon = env.start();
     let script = env.work.join("nest.sh");
     std::fs::write(
@@ -969,15 +957,14 @@ fn plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap() {
 
 /// flytod raises its own open-files limit, but the processes it starts get
 /// the limit it was started with.
-#[test]
-fn steps_keep_the_open_files_limit_flytod_was_given() {
+fn steps_keep_the_open_files_limit_flytod_was_given(backend: Backend) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit with a valid pointer to a local struct.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    let env = TestEnv::new("");
+    let env = TestEnv::on(backend, "");
     let daemon = env.start();
     let id = env.submit(TestEnv::run_plan("ulimit -Sn"));
     let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
@@ -1071,9 +1058,11 @@ fn kill_step_leftovers(env: &TestEnv, plan: &str, step: &str) {
 
 /// Promise 1 of issue 10: a step that submits a plan and waits for it
 /// must not deadlock on the only plan slot, however deep the nesting.
-#[test]
-fn three_levels_of_nested_waiting_plans_finish_with_one_plan_slot() {
-    let env = TestEnv::new(&fast_with("max_parallel_plans = 1\nmax_depth = 3\n"));
+fn three_levels_of_nested_waiting_plans_finish_with_one_plan_slot(backend: Backend) {
+    let env = TestEnv::on(
+        backend,
+        &fast_with("max_parallel_plans = 1\nmax_depth = 3\n"),
+    );
     let _daemon = env.start();
     let script = env.work.join("nest.sh");
     std::fs::write(
@@ -1197,9 +1186,8 @@ fn pending_plans_say_what_they_wait_for_and_where_they_are_in_the_queue() {
 }
 
 /// Promise 5 of issue 10: a detached child holding the step's stdout.
-#[test]
-fn a_step_ends_with_its_shell_even_when_a_detached_child_holds_its_output() {
-    let env = TestEnv::new(FAST);
+fn a_step_ends_with_its_shell_even_when_a_detached_child_holds_its_output(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let out = env.ctl(&[
         "submit_plan",
@@ -1232,9 +1220,10 @@ fn a_step_ends_with_its_shell_even_when_a_detached_child_holds_its_output() {
     kill_step_leftovers(&env, &id, "main");
 }
 
-#[test]
-fn steps_run_in_the_submitters_directory_and_file_workdirs_are_relative_to_the_file() {
-    let env = TestEnv::new(FAST);
+fn steps_run_in_the_submitters_directory_and_file_workdirs_are_relative_to_the_file(
+    backend: Backend,
+) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let cwd = env.work.join("here");
     let plans = env.work.join("plans");
@@ -1265,9 +1254,8 @@ fn steps_run_in_the_submitters_directory_and_file_workdirs_are_relative_to_the_f
     assert!(err.contains("does not exist"), "{err}");
 }
 
-#[test]
-fn steps_get_the_plans_env_and_the_submitters_path_and_virtualenv() {
-    let env = TestEnv::new(FAST);
+fn steps_get_the_plans_env_and_the_submitters_path_and_virtualenv(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let bin_dir = env.work.join("tools");
     std::fs::create_dir_all(&bin_dir).expect("dir");
@@ -1330,9 +1318,8 @@ fn steps_get_the_plans_env_and_the_submitters_path_and_virtualenv() {
     assert!(err.contains("FLYTO_* names are reserved"), "{err}");
 }
 
-#[test]
-fn plans_are_found_by_name_and_an_idempotency_key_names_one_plan() {
-    let env = TestEnv::new(FAST);
+fn plans_are_found_by_name_and_an_idempotency_key_names_one_plan(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let run = |args: &[&str]| {
         let out = env.ctl(args);
@@ -1389,9 +1376,8 @@ fn plans_are_found_by_name_and_an_idempotency_key_names_one_plan() {
     );
 }
 
-#[test]
-fn plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one() {
-    let env = TestEnv::new(FAST);
+fn plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one(backend: Backend) {
+    let env = TestEnv::on(backend, FAST);
     let _daemon = env.start();
     let counter = env.work.join("runs");
     let cmd = format!(
@@ -1444,3 +1430,25 @@ fn plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one() {
     let left: PlanView = serde_json::from_str(&out.stdout).expect("json");
     assert_eq!(left.id, old);
 }
+
+on_both_backends!(
+    submit_wait_prints_the_output_and_exits_with_the_outcome,
+    a_cancelled_plan_ends_wait_with_exit_5_and_kills_the_step,
+    plans_from_toml_json_and_stdin_then_status_log_and_list,
+    status_watch_follows_a_plan_to_the_end_in_plain_lines,
+    plan_watch_sends_a_snapshot_then_ordered_events_then_end,
+    json_lines_mode_answers_without_a_handshake,
+    an_idempotency_key_submits_once,
+    a_step_timeout_fails_the_step_with_exit_code_124,
+    steps_get_the_flyto_variables_but_not_the_daemons_secrets,
+    a_step_can_submit_a_plan_through_flyto_plan_sock,
+    plans_nested_through_flyto_plan_sock_stop_at_the_depth_cap,
+    three_levels_of_nested_waiting_plans_finish_with_one_plan_slot,
+    a_step_ends_with_its_shell_even_when_a_detached_child_holds_its_output,
+    steps_run_in_the_submitters_directory_and_file_workdirs_are_relative_to_the_file,
+    steps_get_the_plans_env_and_the_submitters_path_and_virtualenv,
+    plans_are_found_by_name_and_an_idempotency_key_names_one_plan,
+    plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one,
+    max_parallel_plans_runs_two_plans_at_once,
+    steps_keep_the_open_files_limit_flytod_was_given,
+);

@@ -358,7 +358,7 @@ fn flytod_migrate_applies_the_schema_once_and_says_so() {
     let (ok, stdout, stderr) = run(&url);
     assert!(ok, "{stderr}");
     assert!(
-        stdout.contains("applied migration(s) [1, 2, 3]"),
+        stdout.contains("applied migration(s) [1, 2, 3, 4]"),
         "{stdout}"
     );
     let (ok, stdout, _) = run(&url);

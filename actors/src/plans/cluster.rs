@@ -11,9 +11,13 @@
 //! It may not touch the node's own (sled) store or the one-machine
 //! scheduler's state.
 
-use super::model::{PlanRecord, StepAction, StepRecord, format_id};
+use super::PlanSockets;
+use super::model::{PlanRecord, StepAction, StepRecord, format_id, plan_log_dir, step_log_path};
+use super::scheduler::{step_env, step_marker};
 use super::store::decode_plan;
-use crate::store::postgres::claims::{self, Claim, Fence, KeeperTimes, LeaseKeeper, StepEnd};
+use crate::store::postgres::claims::{
+    self, Claim, Depth, Fence, KeeperTimes, LeaseKeeper, StepEnd,
+};
 use crate::store::postgres::listen::Listener;
 use crate::store::postgres::plans::{self, PLANS_CHANNEL, WORK_CHANNEL};
 use crate::store::postgres::{PgError, Shared};
@@ -27,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 /// Runs one attempt to its end; `cancel` firing (or dropped) stops it.
+/// Answers its outcome and where its full output is (if anywhere).
 pub trait Launch: Send + Sync + 'static {
     fn launch(
         &self,
@@ -34,15 +39,63 @@ pub trait Launch: Send + Sync + 'static {
         step: &StepRecord,
         token: i64,
         cancel: oneshot::Receiver<CancelReason>,
-    ) -> BoxFuture<'static, Outcome>;
+    ) -> BoxFuture<'static, (Outcome, Option<String>)>;
 }
 
-/// Runs `run` steps as process groups, as the one-machine scheduler does.
+/// Runs `run` steps as process groups, as the one-machine scheduler does,
+/// each with a scoped plan socket of its own (`FLYTO_PLAN_SOCK`).
 pub struct ProcessLaunch {
     pub kill_grace: Duration,
     pub log_dir: Option<PathBuf>,
     pub log_max: u64,
     pub tail_max: usize,
+    pub sockets: Arc<dyn PlanSockets>,
+    /// `FLYTO_PLAN_SOCK` when no scoped socket could be opened.
+    pub fallback_socket: String,
+    /// Attempts using each plan's socket here.
+    pub socket_users: SocketUsers,
+}
+
+/// Per plan, how many of its attempts here use its scoped socket.
+pub type SocketUsers = Arc<Mutex<HashMap<String, usize>>>;
+
+/// The last attempt of a plan on this node closes its socket.
+fn close_socket(sockets: &dyn PlanSockets, users: &SocketUsers, owner: &str) {
+    let mut u = users.lock().unwrap_or_else(|e| e.into_inner());
+    let last = match u.get_mut(owner) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        _ => true,
+    };
+    if last {
+        u.remove(owner);
+        sockets.close(owner);
+    }
+}
+
+impl ProcessLaunch {
+    /// Where the step's full output goes: the same place as on one
+    /// machine (each attempt replaces the last's).
+    fn open_socket(
+        &self,
+        owner: &str,
+        chain: &str,
+        depth: u32,
+        sandbox: Option<crate::tools::sandbox::SandboxSpec>,
+    ) -> Option<String> {
+        let mut u = self.socket_users.lock().unwrap_or_else(|e| e.into_inner());
+        let path = self.sockets.open(owner, chain, depth, sandbox)?;
+        *u.entry(owner.to_string()).or_default() += 1;
+        Some(path)
+    }
+
+    fn log_of(&self, plan: u64, step: &str) -> Option<PathBuf> {
+        let dir = self.log_dir.as_ref()?;
+        std::fs::create_dir_all(plan_log_dir(dir, plan)).ok()?;
+        Some(step_log_path(dir, plan, step))
+    }
 }
 
 impl Launch for ProcessLaunch {
@@ -52,7 +105,7 @@ impl Launch for ProcessLaunch {
         step: &StepRecord,
         token: i64,
         cancel: oneshot::Receiver<CancelReason>,
-    ) -> BoxFuture<'static, Outcome> {
+    ) -> BoxFuture<'static, (Outcome, Option<String>)> {
         let StepAction::Run { command } = &step.action else {
             let refused = Outcome {
                 exit: Exit::SpawnFailed(
@@ -62,23 +115,32 @@ impl Launch for ProcessLaunch {
                 stderr_tail: String::new(),
                 log_truncated: false,
             };
-            return Box::pin(async move { refused });
+            return Box::pin(async move { (refused, None) });
         };
         let id = format_id(plan.id);
-        let mut extra = step.env.clone();
-        extra.extend([
+        // Children of any confined step are confined.
+        let children_sandbox = plan
+            .sandboxes
+            .iter()
+            .map(|(_, b)| b)
+            .find(|b| !b.is_off())
+            .cloned();
+        // One socket per plan on each node, as on one machine, open while
+        // any of its attempts runs here.
+        let owner = id.clone();
+        let plan_sock = self
+            .open_socket(&owner, &plan.chain, plan.depth, children_sandbox)
+            .unwrap_or_else(|| self.fallback_socket.clone());
+        let flyto = vec![
+            ("FLYTO_PLAN_SOCK".to_string(), plan_sock),
             ("FLYTO_PLAN_ID".to_string(), id.clone()),
             ("FLYTO_CHAIN".to_string(), plan.chain.clone()),
-            ("FLYTO_STEP".to_string(), step.id.clone()),
+            ("FLYTO_STEP".to_string(), step_marker(plan.id, &step.id)),
             // The fencing token of this attempt: what its writes present.
             ("FLYTO_ATTEMPT".to_string(), token.to_string()),
-        ]);
-        let log_path = self.log_dir.as_ref().and_then(|d| {
-            let dir = d.join(&id);
-            std::fs::create_dir_all(&dir)
-                .ok()
-                .map(|_| dir.join(format!("{}.{token}.log", step.id)))
-        });
+        ];
+        let extra = step_env(&step.env, flyto);
+        let log_path = self.log_of(plan.id, &step.id);
         let spec = CommandSpec {
             command: command.clone(),
             workdir: step.workdir.clone().into(),
@@ -91,7 +153,14 @@ impl Launch for ProcessLaunch {
             confined: plan.depth >= 1,
             sandbox: plan.sandbox_of(&step.id).filter(|b| !b.is_off()).cloned(),
         };
-        Box::pin(process::run(spec, cancel, |_| {}))
+        let (sockets, users) = (self.sockets.clone(), self.socket_users.clone());
+        let log = self.log_of(plan.id, &step.id);
+        Box::pin(async move {
+            let outcome = process::run(spec, cancel, |_| {}).await;
+            close_socket(&*sockets, &users, &owner);
+            let log = log.filter(|p| p.exists()).map(|p| p.display().to_string());
+            (outcome, log)
+        })
     }
 }
 
@@ -99,8 +168,12 @@ impl Launch for ProcessLaunch {
 pub struct RunnerConfig {
     /// This node's id (new at every process start).
     pub node: String,
-    /// Attempts this node runs at once.
+    /// Attempts of users' plans this node runs at once.
     pub slots: usize,
+    /// Attempts of child plans (submitted by steps and agents) it runs
+    /// beyond those: a step waiting for its child plan must not hold the
+    /// slot the child needs.
+    pub child_slots: usize,
     pub sweep_every: Duration,
     pub keeper: KeeperTimes,
 }
@@ -110,6 +183,8 @@ pub struct RunnerConfig {
 type Running = Arc<Mutex<HashMap<i64, Attempt>>>;
 
 struct Attempt {
+    /// A child plan's step (it holds a child slot).
+    child: bool,
     /// How to stop it; taken once it was told to.
     stop: Option<oneshot::Sender<CancelReason>>,
     /// Why it was stopped, which decides what its end reports.
@@ -224,9 +299,20 @@ impl Runner {
             );
             tokio::spawn(async move {
                 loop {
-                    let free = config.slots.saturating_sub(running_lock(&running).len());
-                    if free > 0 && !draining.load(std::sync::atomic::Ordering::SeqCst) {
-                        match claims::claim(&shared, &config.node, free as i64).await {
+                    for (depth, slots) in [
+                        (Depth::Top, config.slots),
+                        (Depth::Child, config.child_slots),
+                    ] {
+                        let child = depth == Depth::Child;
+                        let busy = running_lock(&running)
+                            .values()
+                            .filter(|a| a.child == child)
+                            .count();
+                        let free = slots.saturating_sub(busy);
+                        if free == 0 || draining.load(std::sync::atomic::Ordering::SeqCst) {
+                            continue;
+                        }
+                        match claims::claim_at(&shared, &config.node, free as i64, depth).await {
                             Ok(claimed) => {
                                 for c in claimed {
                                     let node = Node {
@@ -239,7 +325,7 @@ impl Runner {
                                         ended: &ended,
                                         unreported: &unreported,
                                     };
-                                    start_attempt(node, c);
+                                    start_attempt(node, c, child);
                                 }
                             }
                             Err(e) => {
@@ -362,11 +448,12 @@ struct Node<'a> {
     unreported: &'a Arc<std::sync::atomic::AtomicUsize>,
 }
 
-fn start_attempt(node: Node<'_>, claim: Claim) {
+fn start_attempt(node: Node<'_>, claim: Claim, child: bool) {
     let (tx, rx) = oneshot::channel();
     running_lock(node.running).insert(
         claim.token,
         Attempt {
+            child,
             stop: Some(tx),
             why: None,
         },
@@ -386,7 +473,13 @@ fn start_attempt(node: Node<'_>, claim: Claim) {
     );
     tokio::spawn(async move {
         let end = match plan_and_step(&shared, &claim).await {
-            Ok((plan, step)) => end_of(launch.launch(&plan, &step, claim.token, rx).await, &step),
+            Ok((plan, step)) => {
+                let (outcome, log_path) = launch.launch(&plan, &step, claim.token, rx).await;
+                StepEnd {
+                    log_path,
+                    ..end_of(outcome, &step)
+                }
+            }
             Err(why) => StepEnd::failed(&why),
         };
         // The process has ended: its slot is free, whatever the report.
@@ -433,14 +526,18 @@ async fn plan_and_step(shared: &Shared, claim: &Claim) -> Result<(PlanRecord, St
 }
 
 fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
-    let (succeeded, exit_code, error) = match outcome.exit {
+    // Worded as on one machine.
+    let (succeeded, exit_code, mut error) = match outcome.exit {
         Exit::Code(0) => (true, Some(0), None),
-        Exit::Code(n) => (false, Some(n), Some(format!("exit status {n}"))),
+        Exit::Code(n) => (false, Some(n), Some(format!("exit code {n}"))),
         Exit::Signal(s) => (false, None, Some(format!("killed by signal {s}"))),
         Exit::TimedOut => (
             false,
-            None,
-            Some(format!("timed out after {} s", step.timeout_secs)),
+            Some(process::TIMEOUT_EXIT),
+            Some(format!(
+                "timed out after {}s: raise the step's timeout_secs if it needs longer",
+                step.timeout_secs
+            )),
         ),
         Exit::Cancelled(CancelReason::User) => (false, None, Some("cancelled".into())),
         Exit::Cancelled(CancelReason::Shutdown) => (
@@ -450,12 +547,20 @@ fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
         ),
         Exit::SpawnFailed(why) => (false, None, Some(why)),
     };
+    if outcome.log_truncated {
+        let note = "output log truncated at plans.log_max_bytes";
+        error = Some(match error {
+            Some(e) => format!("{e}; {note}"),
+            None => note.to_string(),
+        });
+    }
     StepEnd {
         succeeded,
         exit_code,
         error,
         stdout: outcome.stdout_tail,
         stderr: outcome.stderr_tail,
+        log_path: None,
     }
 }
 
@@ -482,7 +587,7 @@ async fn report(shared: &Shared, token: i64, end: &StepEnd) {
             "an attempt's report was refused: its lease was lost (rescued or cancelled)"
         );
         // Its process has ended: a cancel waiting for it may answer.
-        if let Err(e) = claims::stopped(shared, token).await {
+        if let Err(e) = claims::stopped(shared, token, end).await {
             tracing::warn!(token, error = %e, "cannot record that an attempt stopped");
         }
     }

@@ -887,15 +887,7 @@ impl SchedulerState {
         ];
         // A job's run knows it is one (as its agent steps' tools do).
         flyto.extend(job.map(|j| ("FLYTO_JOB".to_string(), j)));
-        // The plan's env over flytod's; the FLYTO_ variables over both, as
-        // the chain and crash cleanup rely on them.
-        let mut extra: Vec<(String, String)> = step
-            .env
-            .iter()
-            .filter(|(k, _)| !flyto.iter().any(|(f, _)| f == k))
-            .cloned()
-            .collect();
-        extra.extend(flyto);
+        let extra = step_env(&step.env, flyto);
         let spec = CommandSpec {
             command,
             workdir: step.workdir.clone().into(),
@@ -1137,8 +1129,23 @@ fn socket_dir(socket: &str) -> String {
 
 /// Put in each child's environment so a restarted daemon can recognise the
 /// leftovers of an interrupted attempt.
-fn step_marker(plan: u64, step: &str) -> String {
+pub(super) fn step_marker(plan: u64, step: &str) -> String {
     format!("{}/{step}", format_id(plan))
+}
+
+/// What a step gets beyond flytod's environment: the plan's env, and the
+/// FLYTO_ variables over it, as the chain and crash cleanup rely on them.
+pub(super) fn step_env(
+    env: &[(String, String)],
+    flyto: Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    let mut extra: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| !flyto.iter().any(|(f, _)| f == k))
+        .cloned()
+        .collect();
+    extra.extend(flyto);
+    extra
 }
 
 /// Checks submitted plan `spec` and makes the record of new plan `id`

@@ -37,6 +37,7 @@ pub async fn submit(shared: &Shared, mut rec: PlanRecord) -> Result<Submitted, P
         record: encode_record(PLAN_FORMAT_VERSION, &rec),
         idempotency_key: rec.idempotency_key.clone(),
         name: rec.name.clone(),
+        depth: rec.depth.min(i32::MAX as u32) as i32,
         steps: rec
             .steps
             .iter()
@@ -82,6 +83,9 @@ pub fn record_of(row: &PlanRow) -> Result<PlanRecord, String> {
             s.stderr_tail = live.stderr.clone().unwrap_or_default();
             s.started_ms = live.started_ms.map(|t| t.max(0) as u64);
             s.finished_ms = live.finished_ms.map(|t| t.max(0) as u64);
+            // Its view points at the log in this node's state directory,
+            // where the node that ran it keeps it too.
+            s.has_log = live.log_path.is_some();
         }
     }
     Ok(rec)

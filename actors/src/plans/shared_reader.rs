@@ -40,18 +40,18 @@ impl SharedReader {
         if let Some(n) = parse_id(key) {
             return Ok(n);
         }
-        let ids = plans::find_by_name(&self.shared, key)
+        let named = plans::find_by_name(&self.shared, key)
             .await
             .map_err(unavailable)?;
-        match ids.as_slice() {
+        match named.as_slice() {
             [] => Err(Reject::not_found(key)),
-            [one] => Ok(*one as u64),
+            [(one, _)] => Ok(*one as u64),
             many => Err(Reject::ambiguous(
                 key,
                 many.len(),
                 many.iter()
                     .take(Reject::NAMES_SHOWN)
-                    .map(|&n| format_id(n as u64))
+                    .map(|(n, state)| format!("{} ({state})", format_id(*n as u64)))
                     .collect(),
             )),
         }

@@ -90,8 +90,34 @@ pub async fn add_ready_steps(shared: &Shared, steps: &[StepRow]) -> Result<(), P
     tx.commit().await.map_err(&err)
 }
 
+/// Which ready steps a claim may take, by their plan's depth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Depth {
+    Any,
+    /// Steps of users' plans (depth 0).
+    Top,
+    /// Steps of child plans (depth 1 and deeper).
+    Child,
+}
+
 /// Claims up to `max` ready steps for `node`, oldest plan first.
 pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, PgError> {
+    claim_at(shared, node, max, Depth::Any).await
+}
+
+/// Like [`claim`], only steps at `depth`.
+pub async fn claim_at(
+    shared: &Shared,
+    node: &str,
+    max: i64,
+    depth: Depth,
+) -> Result<Vec<Claim>, PgError> {
+    // NULL: any depth.
+    let child: Option<bool> = match depth {
+        Depth::Any => None,
+        Depth::Top => Some(false),
+        Depth::Child => Some(true),
+    };
     let mut c = shared.client().await?;
     let err = shared.query_err("claiming steps");
     let tx = c.transaction().await.map_err(&err)?;
@@ -99,7 +125,7 @@ pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, 
         .query(
             "WITH picked AS (
                  SELECT plan, step FROM flyto_steps
-                 WHERE state = 'ready'
+                 WHERE state = 'ready' AND ($4::bool IS NULL OR (depth > 0) = $4)
                  ORDER BY plan, step
                  LIMIT $2
                  FOR UPDATE SKIP LOCKED
@@ -108,11 +134,11 @@ pub async fn claim(shared: &Shared, node: &str, max: i64) -> Result<Vec<Claim>, 
              SET state = 'running', lease_node = $1, lease_token = nextval('flyto_fencing'),
                  lease_until = now() + make_interval(secs => $3), attempts = s.attempts + 1,
                  started_at = now(), finished_at = NULL, exit_code = NULL, error = NULL,
-                 output = NULL, stderr = NULL
+                 output = NULL, stderr = NULL, log_path = NULL
              FROM picked
              WHERE s.plan = picked.plan AND s.step = picked.step
              RETURNING s.plan, s.step, s.lease_token, s.attempts",
-            &[&node, &max, &lease_secs()],
+            &[&node, &max, &lease_secs(), &child],
         )
         .await
         .map_err(&err)?;
@@ -230,6 +256,8 @@ pub struct StepEnd {
     /// The output's tail; empty keeps what [`write_output`] stored.
     pub stdout: String,
     pub stderr: String,
+    /// The attempt's full output, on this node.
+    pub log_path: Option<String>,
 }
 
 impl StepEnd {
@@ -261,8 +289,8 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
         .query_opt(
             "UPDATE flyto_steps SET state = $2, error = $3, exit_code = $4,
                  output = CASE WHEN $5 = '' THEN output ELSE $5 END,
-                 stderr = $6, finished_at = now(), lease_token = NULL, lease_node = NULL,
-                 lease_until = NULL
+                 stderr = $6, log_path = $7, finished_at = now(), lease_token = NULL,
+                 lease_node = NULL, lease_until = NULL
              WHERE lease_token = $1 AND state = 'running'
              RETURNING plan",
             &[
@@ -272,6 +300,7 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
                 &end.exit_code,
                 &end.stdout,
                 &end.stderr,
+                &end.log_path,
             ],
         )
         .await
@@ -301,17 +330,33 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
 
 /// Records that the process of attempt `token` has ended on its node
 /// after the attempt lost its lease, and tells the plan's watchers (a
-/// cancel waits for it).
-pub async fn stopped(shared: &Shared, token: i64) -> Result<(), PgError> {
-    let c = shared.client().await?;
-    c.execute(
-        "UPDATE flyto_attempts SET stopped_at = now() WHERE token = $1
-         RETURNING pg_notify($2, plan::text)",
+/// cancel waits for it). A cancelled attempt's output is the step's last
+/// word, so it is kept (a rescued step's row is its next attempt's).
+pub async fn stopped(shared: &Shared, token: i64, end: &StepEnd) -> Result<(), PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("recording that an attempt stopped");
+    let tx = c.transaction().await.map_err(&err)?;
+    tx.execute(
+        "UPDATE flyto_steps s SET output = $2, stderr = $3, log_path = $4
+         FROM flyto_attempts a
+         WHERE a.token = $1 AND a.outcome = 'cancelled' AND a.stopped_at IS NULL
+           AND s.plan = a.plan AND s.step = a.step AND s.state = 'cancelled'",
+        &[&token, &end.stdout, &end.stderr, &end.log_path],
+    )
+    .await
+    .map_err(&err)?;
+    tx.execute(
+        "WITH a AS (
+             UPDATE flyto_attempts SET stopped_at = now() WHERE token = $1 RETURNING plan
+         )
+         UPDATE flyto_plans p SET revision = p.revision + 1 FROM a
+         WHERE p.id = a.plan
+         RETURNING pg_notify($2, p.id::text)",
         &[&token, &super::plans::PLANS_CHANNEL],
     )
     .await
-    .map_err(shared.query_err("recording that an attempt stopped"))?;
-    Ok(())
+    .map_err(&err)?;
+    tx.commit().await.map_err(&err)
 }
 
 /// How many of `tokens` still run somewhere: not seen to stop, on a node

@@ -33,6 +33,9 @@ pub struct NewPlan {
     pub record: Vec<u8>,
     pub idempotency_key: Option<String>,
     pub name: Option<String>,
+    /// 0 for a user's plan; child plans (submitted by steps and agents)
+    /// are deeper.
+    pub depth: i32,
     pub steps: Vec<NewStep>,
 }
 
@@ -79,6 +82,8 @@ pub struct StepStatus {
     pub finished_ms: Option<i64>,
     /// The node running it (while it runs).
     pub node: Option<String>,
+    /// The last attempt's full output, on the node that ran it.
+    pub log_path: Option<String>,
 }
 
 /// What [`cancel_plan`] found.
@@ -134,8 +139,8 @@ pub async fn insert_plan(shared: &Shared, plan: &NewPlan) -> Result<Inserted, Pg
     let insert = tx
         .prepare(
             "INSERT INTO flyto_steps (plan, step, position, deps, state, max_attempts,
-                 retry_on_lease_loss)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                 retry_on_lease_loss, depth)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .await
         .map_err(&err)?;
@@ -155,6 +160,7 @@ pub async fn insert_plan(shared: &Shared, plan: &NewPlan) -> Result<Inserted, Pg
                 &state,
                 &s.max_attempts,
                 &s.retry_on_lease_loss,
+                &plan.depth,
             ],
         )
         .await
@@ -198,7 +204,7 @@ async fn steps_of(
         .query(
             "SELECT plan, step, state, attempts, exit_code, error, output, stderr,
                  (extract(epoch FROM started_at) * 1000)::bigint,
-                 (extract(epoch FROM finished_at) * 1000)::bigint, lease_node
+                 (extract(epoch FROM finished_at) * 1000)::bigint, lease_node, log_path
              FROM flyto_steps WHERE plan = ANY($1) ORDER BY plan, position",
             &[&ids],
         )
@@ -218,6 +224,7 @@ async fn steps_of(
                 started_ms: s.get(8),
                 finished_ms: s.get(9),
                 node: s.get(10),
+                log_path: s.get(11),
             });
         }
     }
@@ -305,17 +312,17 @@ pub async fn counts(shared: &Shared) -> Result<(Vec<(String, i64)>, i64), PgErro
     Ok((rows.iter().map(|r| (r.get(0), r.get(1))).collect(), running))
 }
 
-/// Ids of the plans named `name`, newest first.
-pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<i64>, PgError> {
+/// The plans named `name` with their states, newest first.
+pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<(i64, String)>, PgError> {
     let c = shared.client().await?;
     let rows = c
         .query(
-            "SELECT id FROM flyto_plans WHERE name = $1 ORDER BY id DESC",
+            "SELECT id, state FROM flyto_plans WHERE name = $1 ORDER BY id DESC",
             &[&name],
         )
         .await
         .map_err(shared.query_err("finding plans by name"))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Deletes finished plan `id` with its steps and attempts; `Ok(false)`
@@ -497,7 +504,11 @@ pub(super) async fn settle(
         "WITH s AS (
              SELECT count(*) FILTER (WHERE state IN ('waiting', 'ready', 'running')) AS open,
                     count(*) FILTER (WHERE state <> 'succeeded') AS bad,
-                    min(started_at) AS first
+                    min(started_at) AS first,
+                    -- Why it failed, as on one machine: its first failed step.
+                    (SELECT format('step `%s` failed: %s', step, coalesce(error, 'failed'))
+                     FROM flyto_steps WHERE plan = $1 AND state = 'failed'
+                     ORDER BY position LIMIT 1) AS why
              FROM flyto_steps WHERE plan = $1
          ), next AS (
              SELECT CASE
@@ -505,12 +516,14 @@ pub(super) async fn settle(
                  WHEN s.open = 0 AND s.bad > 0 THEN 'failed'
                  WHEN s.open = 0 THEN 'succeeded'
                  WHEN s.first IS NOT NULL THEN 'running'
-                 ELSE p.state END AS state, s.first
+                 ELSE p.state END AS state, s.first, s.why
              FROM flyto_plans p, s WHERE p.id = $1
          )
          UPDATE flyto_plans p SET
              revision = p.revision + 1,
              state = next.state,
+             reason = CASE WHEN p.reason IS NULL AND next.state = 'failed' THEN next.why
+                           ELSE p.reason END,
              started_at = coalesce(p.started_at, next.first),
              finished_at = CASE WHEN p.finished_at IS NULL
                                  AND next.state IN ('succeeded', 'failed', 'cancelled')
