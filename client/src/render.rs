@@ -464,6 +464,7 @@ build stderr:
             input_tokens: 12_345,
             cost_usd: 0.5,
             sandbox: "landlock ABI 7, mount namespace".into(),
+            store: "sled at /state/db".into(),
             ..Default::default()
         });
         assert!(text.contains("\nsessions:           3\n"), "{text}");
@@ -473,10 +474,41 @@ build stderr:
         assert!(text.contains("\ndraining:           no\n"), "{text}");
         assert!(text.contains("\ndatabase size:      2.0 KiB\n"), "{text}");
         assert!(
-            text.ends_with("sandbox:            landlock ABI 7, mount namespace\n"),
+            text.contains("\nsandbox:            landlock ABI 7, mount namespace\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("store:              sled at /state/db\n"),
             "{text}"
         );
         assert!(!text.contains("contexts"), "{text}");
+        assert!(!text.contains("node"), "{text}");
+
+        // On the shared store: this node and its peers.
+        let text = stats(&DaemonStats {
+            store: "postgres at db:5432 (database flyto, user flyto) (node a-1-5)".into(),
+            node: "a-1-5".into(),
+            peers: vec![
+                flyto_protocol::PeerView {
+                    node: "a-1-5".into(),
+                    host: "a".into(),
+                    pid: 1,
+                    heartbeat_age_ms: 2_000,
+                },
+                flyto_protocol::PeerView {
+                    node: "b-7-9".into(),
+                    host: "b".into(),
+                    pid: 7,
+                    heartbeat_age_ms: 61_000,
+                },
+            ],
+            ..Default::default()
+        });
+        assert!(text.contains("\nnode:               a-1-5\n"), "{text}");
+        assert!(
+            text.contains("\nnodes (last heartbeat):\n  a-1-5 on a pid 1: 2.0s ago (this one)\n  b-7-9 on b pid 7: 1m01s ago\n"),
+            "{text}"
+        );
 
         let text = stats(&DaemonStats {
             compactions: 4,

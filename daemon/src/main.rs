@@ -428,6 +428,17 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 j.shared.target,
                 state_dir.display()
             );
+            // Both stores on one node: say which one holds the plans.
+            if let Ok(c) = reader.counts() {
+                let held = c.pending + c.running + c.succeeded + c.failed + c.cancelled;
+                if held > 0 {
+                    tracing::warn!(
+                        "this node's own store {} holds {held} plans ({} pending or running) that the shared store does not have: they stay there, unused and not run, while [store] backend = \"postgres\"; set backend = \"sled\" to run or read them",
+                        state_dir.join("db").display(),
+                        c.pending + c.running
+                    );
+                }
+            }
             plan_reads::StoreInfo {
                 describe: format!("postgres at {} (node {})", j.shared.target, j.node),
                 shared: Some((j.shared.clone(), j.node.clone())),

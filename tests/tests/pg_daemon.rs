@@ -414,3 +414,66 @@ fn a_postgres_backend_without_a_url_is_a_config_error_naming_both_ways() {
     let err = check("[store]\nurl = \"postgres://x@127.0.0.1/db\"\n");
     assert!(err.contains("backend = \"postgres\""), "{err}");
 }
+
+#[test]
+fn a_node_with_plans_in_its_own_store_says_which_store_is_in_use() {
+    let pg = TestPostgres::start();
+    pg.create_database("both");
+    let env = TestEnv::new("[plans]\nkill_grace = \"200ms\"\n");
+    let daemon = env.start();
+    let id = env.submit(TestEnv::run_plan("true"));
+    env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    assert!(daemon.terminate().success());
+    env.write_config(&node_config(&pg, "both"));
+    let daemon = env.start();
+    let log = daemon.log();
+    assert!(
+        log.contains("plans are on the shared store at 127.0.0.1:"),
+        "{log}"
+    );
+    assert!(
+        log.contains("holds 1 plans (0 pending or running) that the shared store does not have")
+            && log.contains("backend = \"sled\""),
+        "{log}"
+    );
+    // The shared store is the one answering.
+    let out = env.ctl(&["plan_status", &id]);
+    assert_eq!(out.code, 4, "{out:?}");
+}
+
+#[test]
+fn the_database_going_away_mid_run_answers_unavailable_then_everything_resumes() {
+    let pg = TestPostgres::start();
+    let (a, _) = two_nodes(&pg, "away");
+    let _da = a.start();
+    let gate = a.tmp.path().join("gate");
+    let id = a.submit(one_step(
+        &format!(
+            "while [ ! -e {g} ]; do sleep 0.05; done; echo through",
+            g = gate.display()
+        ),
+        false,
+    ));
+    a.wait_plan(&id, "its step running", |p| {
+        p.steps[0].state == StepState::Running
+    });
+    pg.stop();
+    // Requests say what is wrong, and the daemon keeps serving.
+    let out = a.ctl(&["plan_status", &id]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("Unavailable") && out.stderr.contains("cannot connect to PostgreSQL"),
+        "{}",
+        out.stderr
+    );
+    let ping = a.ctl(&["ping"]);
+    assert_eq!(ping.code, 0, "{ping:?}");
+    // The step ends while the database is away; its report waits.
+    std::fs::write(&gate, "").expect("gate");
+    pg.start_again();
+    let plan = a.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+    assert_eq!(plan.steps[0].stdout_tail, "through\n");
+    let next = submitted(&a.ctl(&["submit_plan", "--run", "echo again", "--wait"]));
+    assert_eq!(next, "again");
+}

@@ -473,14 +473,15 @@ fn start_attempt(node: Node<'_>, claim: Claim, child: bool) {
     );
     tokio::spawn(async move {
         let end = match plan_and_step(&shared, &claim).await {
-            Ok((plan, step)) => {
+            Ok(Some((plan, step))) => {
                 let (outcome, log_path) = launch.launch(&plan, &step, claim.token, rx).await;
-                StepEnd {
+                Some(StepEnd {
                     log_path,
                     ..end_of(outcome, &step)
-                }
+                })
             }
-            Err(why) => StepEnd::failed(&why),
+            Ok(None) => None,
+            Err(why) => Some(StepEnd::failed(&why)),
         };
         // The process has ended: its slot is free, whatever the report.
         let why = running_lock(&running)
@@ -490,19 +491,18 @@ fn start_attempt(node: Node<'_>, claim: Claim, child: bool) {
         if dead.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        match why {
-            Some(Stop::Draining) => {
-                hand_back(&shared, claim.token, "interrupted: flytod is shutting down").await
+        match (why, end) {
+            // Never started: its lease runs out, and the sweep takes it.
+            (_, None) => {}
+            (Some(Stop::Draining), Some(end)) => {
+                let why = "interrupted: flytod is shutting down";
+                hand_back(&shared, claim.token, why, &end).await
             }
-            Some(Stop::Fenced) => {
-                hand_back(
-                    &shared,
-                    claim.token,
-                    "interrupted: its node could not reach the database",
-                )
-                .await
+            (Some(Stop::Fenced), Some(end)) => {
+                let why = "interrupted: its node could not reach the database";
+                hand_back(&shared, claim.token, why, &end).await
             }
-            None | Some(Stop::Lost) => report(&shared, claim.token, &end).await,
+            (None | Some(Stop::Lost), Some(end)) => report(&shared, claim.token, &end).await,
         }
         keeper.release(claim.token);
         unreported.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -510,11 +510,21 @@ fn start_attempt(node: Node<'_>, claim: Claim, child: bool) {
     });
 }
 
-async fn plan_and_step(shared: &Shared, claim: &Claim) -> Result<(PlanRecord, StepRecord), String> {
-    let record = plans::get_record(shared, claim.plan)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("plan {} is gone from the database", claim.plan))?;
+/// The claimed step and its plan: `Ok(None)` when the database stayed
+/// away for the whole lease (the sweep takes the step); `Err` when the
+/// plan cannot be run (its record is gone or unreadable), which fails it.
+async fn plan_and_step(
+    shared: &Shared,
+    claim: &Claim,
+) -> Result<Option<(PlanRecord, StepRecord)>, String> {
+    // A database hiccup is not the step's failure: read again.
+    let read = within_lease(claim.token, "read the plan's record", || {
+        plans::get_record(shared, claim.plan)
+    });
+    let Some(record) = read.await else {
+        return Ok(None);
+    };
+    let record = record.ok_or_else(|| format!("plan {} is gone from the database", claim.plan))?;
     let plan = decode_plan(&record).map_err(|e| e.to_string())?;
     let step = plan
         .steps
@@ -522,7 +532,7 @@ async fn plan_and_step(shared: &Shared, claim: &Claim) -> Result<(PlanRecord, St
         .find(|s| s.id == claim.step)
         .cloned()
         .ok_or_else(|| format!("step `{}` is not in its plan's record", claim.step))?;
-    Ok((plan, step))
+    Ok(Some((plan, step)))
 }
 
 fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
@@ -567,12 +577,14 @@ fn end_of(outcome: Outcome, step: &StepRecord) -> StepEnd {
 /// Gives back the step of an attempt this node stopped (draining, or
 /// fenced): another node runs it again when it may, else it fails with
 /// `why`.
-async fn hand_back(shared: &Shared, token: i64, why: &str) {
+async fn hand_back(shared: &Shared, token: i64, why: &str, end: &StepEnd) {
     let done = within_lease(token, "hand a step back", || {
         claims::hand_back(shared, token, why)
     });
-    if done.await == Some(true) {
-        tracing::info!(token, why, "handed a step back");
+    match done.await {
+        Some(true) => tracing::info!(token, why, "handed a step back"),
+        Some(false) => refused(shared, token, end).await,
+        None => {}
     }
 }
 
@@ -582,14 +594,20 @@ async fn report(shared: &Shared, token: i64, end: &StepEnd) {
         claims::complete(shared, token, end)
     });
     if done.await == Some(false) {
-        tracing::info!(
-            token,
-            "an attempt's report was refused: its lease was lost (rescued or cancelled)"
-        );
-        // Its process has ended: a cancel waiting for it may answer.
-        if let Err(e) = claims::stopped(shared, token, end).await {
-            tracing::warn!(token, error = %e, "cannot record that an attempt stopped");
-        }
+        refused(shared, token, end).await;
+    }
+}
+
+/// The attempt no longer held its step (rescued or cancelled): its
+/// write changed nothing. Its process has ended, which a cancel waiting
+/// for it is told.
+async fn refused(shared: &Shared, token: i64, end: &StepEnd) {
+    tracing::info!(
+        token,
+        "an attempt's report was refused: its lease was lost (rescued or cancelled)"
+    );
+    if let Err(e) = claims::stopped(shared, token, end).await {
+        tracing::warn!(token, error = %e, "cannot record that an attempt stopped");
     }
 }
 

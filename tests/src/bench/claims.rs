@@ -3,8 +3,8 @@
 //! 2 and 3 claimers, each claim followed by its fenced completion, against
 //! a bare `SKIP LOCKED` claim loop (one UPDATE … RETURNING to claim, one to
 //! finish; no token, no lease, no attempt row) on the same server in the
-//! same run. The daemons do not run on PostgreSQL yet: this measures the
-//! primitive they will use.
+//! same run: the primitive the daemons' runners use (`cluster` measures
+//! the daemons).
 
 use flyto_actors::store::postgres::claims::{self, StepRow};
 use flyto_actors::store::postgres::{Shared, migrate};
@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 const STEPS: i64 = 3_000;
 
-struct Run {
-    elapsed: Duration,
-    latencies: Vec<Duration>,
+pub(crate) struct Run {
+    pub elapsed: Duration,
+    pub latencies: Vec<Duration>,
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -76,7 +76,7 @@ async fn flyto_run(shared: &Shared, claimers: usize) -> anyhow::Result<Run> {
     })
 }
 
-async fn bare_run(shared: &Shared, claimers: usize) -> anyhow::Result<Run> {
+pub(crate) async fn bare_run(shared: &Shared, claimers: usize) -> anyhow::Result<Run> {
     let c = shared.client().await?;
     c.batch_execute(&format!(
         "DROP TABLE IF EXISTS bare;
@@ -125,7 +125,7 @@ async fn bare_run(shared: &Shared, claimers: usize) -> anyhow::Result<Run> {
 
 pub fn run() -> anyhow::Result<()> {
     println!(
-        "\n== claims: {STEPS} one-step claims on PostgreSQL with 1, 2 and 3 claimers, against a bare SKIP LOCKED loop ==\n(the shared store's primitive; daemons do not run on PostgreSQL yet)"
+        "\n== claims: {STEPS} one-step claims on PostgreSQL with 1, 2 and 3 claimers, against a bare SKIP LOCKED loop ==\n(the shared store's primitive; `cluster` measures the daemons)"
     );
     let pg = TestPostgres::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 mod channels;
 #[path = "../bench/claims.rs"]
 mod claims;
+#[path = "../bench/cluster.rs"]
+mod cluster;
 #[path = "../bench/compaction.rs"]
 mod compaction;
 #[path = "../bench/jobs.rs"]
@@ -156,6 +158,11 @@ enum Bench {
     /// claims/s and claim latency with 1, 2 and 3 claimers against a bare
     /// SKIP LOCKED loop in the same run.
     Claims,
+    /// Real flytod nodes on one PostgreSQL (started here): trivial-step
+    /// throughput and claim latency with 1, 2 and 3 daemons against a bare
+    /// SKIP LOCKED loop in the same run, and the time from a node's
+    /// SIGKILL to its step running on another node.
+    Cluster,
     /// Every benchmark: control-plane, sessions, compaction, knowledge,
     /// jobs, then channels.
     All,
@@ -195,6 +202,7 @@ fn main() -> std::process::ExitCode {
         Bench::Jobs => check_binaries().and_then(|()| jobs::run()),
         Bench::JobSleeper => jobs::sleeper(),
         Bench::Claims => claims::run(),
+        Bench::Cluster => check_binaries().and_then(|()| cluster::run()),
         Bench::Channels => check_binaries().and_then(|()| channels::run(&channels_args(&cli))),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))

@@ -1,4 +1,6 @@
-//! Step claims across daemons: a short transaction takes up to N ready
+//! Step claims across daemons (event times are `clock_timestamp()`, when
+//! the statement ran, not when its transaction began, so that they follow
+//! the order in which nodes saw the changes): a short transaction takes up to N ready
 //! steps with `FOR UPDATE SKIP LOCKED`, gives each a fresh fencing token
 //! from a sequence and a lease (the database's clock), and records the
 //! attempt. No row lock outlives that transaction. Every later write of
@@ -133,7 +135,7 @@ pub async fn claim_at(
              UPDATE flyto_steps s
              SET state = 'running', lease_node = $1, lease_token = nextval('flyto_fencing'),
                  lease_until = now() + make_interval(secs => $3), attempts = s.attempts + 1,
-                 started_at = now(), finished_at = NULL, exit_code = NULL, error = NULL,
+                 started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL,
                  output = NULL, stderr = NULL, log_path = NULL
              FROM picked
              WHERE s.plan = picked.plan AND s.step = picked.step
@@ -155,8 +157,9 @@ pub async fn claim_at(
         let tokens: Vec<i64> = claims.iter().map(|c| c.token).collect();
         // The attempt is on record before the step starts.
         tx.execute(
-            "INSERT INTO flyto_attempts (token, plan, step, node)
-             SELECT lease_token, plan, step, $2 FROM flyto_steps WHERE lease_token = ANY($1)",
+            "INSERT INTO flyto_attempts (token, plan, step, node, started_at)
+             SELECT lease_token, plan, step, $2, started_at FROM flyto_steps
+             WHERE lease_token = ANY($1)",
             &[&tokens, &node],
         )
         .await
@@ -164,7 +167,7 @@ pub async fn claim_at(
         let mut plans: Vec<i64> = claims.iter().map(|c| c.plan).collect();
         plans.dedup();
         tx.execute(
-            "UPDATE flyto_plans SET state = 'running', started_at = coalesce(started_at, now()),
+            "UPDATE flyto_plans SET state = 'running', started_at = coalesce(started_at, clock_timestamp()),
                  revision = revision + 1
              WHERE id = ANY($1) AND state IN ('pending', 'running')",
             &[&plans],
@@ -289,7 +292,7 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
         .query_opt(
             "UPDATE flyto_steps SET state = $2, error = $3, exit_code = $4,
                  output = CASE WHEN $5 = '' THEN output ELSE $5 END,
-                 stderr = $6, log_path = $7, finished_at = now(), lease_token = NULL,
+                 stderr = $6, log_path = $7, finished_at = clock_timestamp(), lease_token = NULL,
                  lease_node = NULL, lease_until = NULL
              WHERE lease_token = $1 AND state = 'running'
              RETURNING plan",
@@ -312,7 +315,7 @@ pub async fn complete(shared: &Shared, token: i64, end: &StepEnd) -> Result<bool
             _ => state.to_string(),
         };
         tx.execute(
-            "UPDATE flyto_attempts SET finished_at = now(), outcome = $2 WHERE token = $1",
+            "UPDATE flyto_attempts SET finished_at = clock_timestamp(), outcome = $2 WHERE token = $1",
             &[&token, &outcome],
         )
         .await
@@ -389,7 +392,7 @@ pub async fn hand_back(shared: &Shared, token: i64, why: &str) -> Result<bool, P
             "UPDATE flyto_steps SET
                  state = CASE WHEN retry_on_lease_loss THEN 'ready' ELSE 'failed' END,
                  error = CASE WHEN retry_on_lease_loss THEN NULL ELSE $2 END,
-                 finished_at = CASE WHEN retry_on_lease_loss THEN NULL ELSE now() END,
+                 finished_at = CASE WHEN retry_on_lease_loss THEN NULL ELSE clock_timestamp() END,
                  attempts = CASE WHEN retry_on_lease_loss THEN greatest(attempts - 1, 0)
                                  ELSE attempts END,
                  lease_token = NULL, lease_node = NULL, lease_until = NULL
@@ -404,7 +407,7 @@ pub async fn hand_back(shared: &Shared, token: i64, why: &str) -> Result<bool, P
     };
     let (plan, state): (i64, String) = (row.get(0), row.get(1));
     tx.execute(
-        "UPDATE flyto_attempts SET finished_at = now(), outcome = $2 WHERE token = $1",
+        "UPDATE flyto_attempts SET finished_at = clock_timestamp(), outcome = $2 WHERE token = $1",
         &[&token, &format!("interrupted: {why}")],
     )
     .await
@@ -456,7 +459,7 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
                  error = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
                               THEN NULL ELSE 'lease lost' END,
                  finished_at = CASE WHEN s.retry_on_lease_loss AND s.attempts < s.max_attempts
-                                    THEN NULL ELSE now() END,
+                                    THEN NULL ELSE clock_timestamp() END,
                  lease_token = NULL, lease_node = NULL, lease_until = NULL
              FROM expired
              WHERE s.plan = expired.plan AND s.step = expired.step
@@ -472,7 +475,7 @@ pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, P
     if !rescued.is_empty() {
         let tokens: Vec<i64> = rescued.iter().map(|(_, _, t)| *t).collect();
         tx.execute(
-            "UPDATE flyto_attempts SET finished_at = now(), outcome = 'lease lost' WHERE token = ANY($1)",
+            "UPDATE flyto_attempts SET finished_at = clock_timestamp(), outcome = 'lease lost' WHERE token = ANY($1)",
             &[&tokens],
         )
         .await

@@ -387,7 +387,7 @@ pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cance
                  FOR UPDATE
              )
              UPDATE flyto_steps s
-             SET state = 'cancelled', error = $2, finished_at = now(),
+             SET state = 'cancelled', error = $2, finished_at = clock_timestamp(),
                  lease_token = NULL, lease_node = NULL, lease_until = NULL
              FROM old WHERE s.plan = $1 AND s.step = old.step
              RETURNING old.lease_token",
@@ -400,14 +400,14 @@ pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cance
         .filter_map(|r| r.get::<_, Option<i64>>(0))
         .collect();
     tx.execute(
-        "UPDATE flyto_attempts SET finished_at = now(), outcome = 'cancelled'
+        "UPDATE flyto_attempts SET finished_at = clock_timestamp(), outcome = 'cancelled'
          WHERE token = ANY($1)",
         &[&revoked],
     )
     .await
     .map_err(&err)?;
     tx.execute(
-        "UPDATE flyto_plans SET state = 'cancelled', reason = $2, finished_at = now(),
+        "UPDATE flyto_plans SET state = 'cancelled', reason = $2, finished_at = clock_timestamp(),
              revision = revision + 1
          WHERE id = $1",
         &[&id, &reason],
@@ -482,7 +482,7 @@ pub(super) async fn settle(
             let skipped = tx
                 .execute(
                     "UPDATE flyto_steps w
-                     SET state = 'skipped', finished_at = now(),
+                     SET state = 'skipped', finished_at = clock_timestamp(),
                          error = 'a step it depends on did not succeed'
                      WHERE w.plan = $1 AND w.state = 'waiting'
                        AND EXISTS (
@@ -527,7 +527,7 @@ pub(super) async fn settle(
              started_at = coalesce(p.started_at, next.first),
              finished_at = CASE WHEN p.finished_at IS NULL
                                  AND next.state IN ('succeeded', 'failed', 'cancelled')
-                            THEN now() ELSE p.finished_at END
+                            THEN clock_timestamp() ELSE p.finished_at END
          FROM next WHERE p.id = $1
          RETURNING pg_notify($2, p.id::text)",
         &[&plan, &PLANS_CHANNEL],
