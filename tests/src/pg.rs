@@ -168,6 +168,28 @@ impl TestPostgres {
         self.check(&out, "pg_ctl restart");
     }
 
+    /// Serves TLS from now on with this certificate chain and key (PEM);
+    /// plain connections stay allowed.
+    pub fn enable_tls(&self, cert_pem: &str, key_pem: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        for (name, text, mode) in [
+            ("server.crt", cert_pem, 0o644),
+            ("server.key", key_pem, 0o600),
+        ] {
+            let path = self.data_dir().join(name);
+            std::fs::write(&path, text).expect("write a TLS file");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .expect("chmod a TLS file");
+            if self.as_postgres {
+                let user = postgres_user();
+                nix::unistd::chown(&path, Some(user.uid), Some(user.gid))
+                    .expect("chown a TLS file to postgres");
+            }
+        }
+        self.sql("postgres", "ALTER SYSTEM SET ssl = on");
+        self.sql("postgres", "SELECT pg_reload_conf()");
+    }
+
     /// Starts the server again after [`TestPostgres::stop`].
     pub fn start_again(&self) {
         let out = self.pg_ctl(&["-w", "-t", PG_CTL_WAIT_SECS, "start"]);

@@ -531,3 +531,135 @@ fn a_keeper_reports_a_lost_lease_and_fences_when_the_database_is_gone() {
         assert!(stops.lost.lock().unwrap().len() == 1);
     });
 }
+
+/// A CA, a server certificate it signed for `localhost`, and another CA,
+/// made with the openssl command: (ca.pem, server.crt, server.key,
+/// other.pem) in `dir`.
+fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 4] {
+    let run = |args: &str| {
+        let out = std::process::Command::new("openssl")
+            .args(args.split_whitespace())
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command");
+        assert!(
+            out.status.success(),
+            "openssl {args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(
+        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=flyto-test-ca",
+    );
+    run("req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
+    run(
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext",
+    );
+    run(
+        "req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem -days 2 -subj /CN=other-ca",
+    );
+    ["ca.pem", "server.crt", "server.key", "other.pem"].map(|f| dir.join(f))
+}
+
+/// Whether the pooled connection of `shared` is encrypted.
+async fn encrypted(shared: &Shared) -> bool {
+    shared
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn tls_follows_sslmode_and_sslrootcert_and_names_what_failed() {
+    let pg = TestPostgres::start();
+    let plain = TestPostgres::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let [ca, crt, key, other] = certificates(tmp.path());
+    pg.enable_tls(
+        &std::fs::read_to_string(&crt).unwrap(),
+        &std::fs::read_to_string(&key).unwrap(),
+    );
+    let port = pg.port();
+    let url =
+        |host: &str, query: String| format!("postgres://postgres@{host}:{port}/postgres?{query}");
+    runtime().block_on(async {
+        // require: encrypted, the certificate not checked (as libpq).
+        let s = Shared::connect(&url("127.0.0.1", "sslmode=require".into()), "t")
+            .await
+            .unwrap();
+        assert!(encrypted(&s).await);
+        // disable: plain.
+        let s = Shared::connect(&url("127.0.0.1", "sslmode=disable".into()), "t")
+            .await
+            .unwrap();
+        assert!(!encrypted(&s).await);
+        // verify-full: the chain and the name.
+        let root = format!("sslrootcert={}", ca.display());
+        let s = Shared::connect(
+            &url("localhost", format!("sslmode=verify-full&{root}")),
+            "t",
+        )
+        .await
+        .unwrap();
+        assert!(encrypted(&s).await);
+        let wrong_name = Shared::connect(
+            &url("127.0.0.1", format!("sslmode=verify-full&{root}")),
+            "t",
+        )
+        .await
+        .err()
+        .expect("a certificate for localhost is not one for 127.0.0.1");
+        let text = wrong_name.to_string();
+        assert!(
+            text.contains("127.0.0.1") && text.contains("certificate"),
+            "{text}"
+        );
+        // verify-ca: the chain only.
+        let s = Shared::connect(&url("127.0.0.1", format!("sslmode=verify-ca&{root}")), "t")
+            .await
+            .unwrap();
+        assert!(encrypted(&s).await);
+        // Another CA: refused, saying so.
+        let stranger = format!("sslmode=verify-ca&sslrootcert={}", other.display());
+        let e = Shared::connect(&url("127.0.0.1", stranger), "t")
+            .await
+            .err()
+            .expect("a certificate from another CA");
+        assert!(e.to_string().contains("certificate"), "{e}");
+        // A root file that is not there: the error names it.
+        let e = Shared::connect(
+            &url(
+                "127.0.0.1",
+                "sslmode=verify-ca&sslrootcert=/nonexistent.pem".into(),
+            ),
+            "t",
+        )
+        .await
+        .err()
+        .expect("a missing root file");
+        assert!(e.to_string().contains("/nonexistent.pem"), "{e}");
+        // A server without TLS, where the URL requires it.
+        let e = Shared::connect(
+            &format!(
+                "postgres://postgres@127.0.0.1:{}/postgres?sslmode=require",
+                plain.port()
+            ),
+            "t",
+        )
+        .await
+        .err()
+        .expect("TLS required from a server without it");
+        assert!(
+            e.to_string().contains("TLS") || e.to_string().contains("SSL"),
+            "{e}"
+        );
+    });
+}

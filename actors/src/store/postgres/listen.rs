@@ -71,13 +71,13 @@ impl Listener {
         let reconnects = Arc::new(AtomicU64::new(0));
         let mut config = shared.config.clone();
         config.application_name("flyto-listen");
-        let target = shared.target.clone();
+        let (target, tls) = (shared.target.clone(), shared.tls.clone());
         let (all, r) = (channels.clone(), reconnects.clone());
         let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             let mut first = true;
             loop {
-                let (client, mut connection) = match config.connect(tokio_postgres::NoTls).await {
+                let (client, mut connection) = match config.connect(tls.clone()).await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(db = %target, error = %detail(&e), "the listener cannot connect; polling meanwhile");

@@ -12,6 +12,7 @@ pub mod fires;
 pub mod listen;
 mod migrate;
 pub mod plans;
+pub mod tls;
 
 pub use migrate::{LATEST, MIGRATIONS, Migrated, migrate};
 
@@ -87,6 +88,8 @@ pub struct Shared {
     /// The connection settings, for connections outside the pool (the
     /// listener's).
     pub config: tokio_postgres::Config,
+    /// How connections make TLS, as the URL's `sslmode` asks.
+    pub tls: tls::Connector,
 }
 
 impl Shared {
@@ -95,6 +98,8 @@ impl Shared {
     /// one connection is made at once, so a bad URL or credentials show
     /// here, with the host, port, user and what failed.
     pub async fn connect(url: &str, application: &str) -> Result<Shared, PgError> {
+        let (url, wanted) = tls::split(url)?;
+        let tls = tls::connector(&wanted)?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| PgError::Url(detail(&e)))?;
@@ -122,7 +127,7 @@ impl Shared {
             .connect_timeout(Duration::from_secs(10));
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -138,6 +143,7 @@ impl Shared {
             pool,
             target,
             config,
+            tls,
         };
         drop(shared.client().await?);
         Ok(shared)
