@@ -214,6 +214,12 @@ fn clock_from_env() -> anyhow::Result<Arc<dyn Clock>> {
     }
 }
 
+/// Step logs of plans on the shared store: apart from the sled store's,
+/// since a node removes those of plans the database no longer has.
+fn shared_log_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("shared-logs")
+}
+
 /// Now, in ms since the epoch (for the node id).
 fn clock_ms() -> u64 {
     std::time::SystemTime::now()
@@ -240,7 +246,7 @@ fn shared_scheduler_spec(
         plan_config.clone(),
         clock.clone(),
     );
-    let log_dir = state_dir.join("logs");
+    let log_dir = shared_log_dir(state_dir);
     ChildSpec {
         name: "scheduler".into(),
         start: Arc::new(move |sup| {
@@ -269,6 +275,8 @@ fn shared_scheduler_spec(
                     child_slots: (config.max_parallel_steps * config.max_depth as usize).max(1),
                     sweep_every: Duration::from_secs(5),
                     keeper: Default::default(),
+                    plan_ttl: Some(config.plan_ttl),
+                    log_dir: Some(log_dir.clone()),
                 },
                 config,
                 clock: clock.clone(),
@@ -418,7 +426,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         flyto_actors::plans::shared_reader::SharedReader {
             shared: j.shared.clone(),
             listener: Arc::new(listener),
-            log_dir: state_dir.join("logs"),
+            log_dir: shared_log_dir(&state_dir),
         }
     });
     let store_info = match &joined {

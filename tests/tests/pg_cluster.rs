@@ -74,6 +74,8 @@ async fn node(pg: &TestPostgres, db: &str, name: &str, heartbeat: Duration) -> R
             node: name.into(),
             slots: 4,
             child_slots: 0,
+            plan_ttl: None,
+            log_dir: None,
             sweep_every: Duration::from_millis(500),
             keeper: KeeperTimes {
                 every: heartbeat,

@@ -323,3 +323,57 @@ fn last_steps_ending_at_once_on_several_nodes_still_end_their_plan() {
         }
     });
 }
+
+#[test]
+fn finished_plans_older_than_the_ttl_are_deleted_once_and_live_ones_stay() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "ttl").await;
+        let (old, _) = submit(&shared, vec![step("a", &[])], None).await;
+        let (live, _) = submit(&shared, vec![step("a", &[])], None).await;
+        // Both steps run; one ends, and with it its plan.
+        let claimed = claim(&shared, "n1").await;
+        assert_eq!(claimed.len(), 2);
+        assert!(
+            claims::complete(&shared, claimed[0].1, &StepEnd::succeeded())
+                .await
+                .unwrap()
+        );
+        // Its end is made old.
+        let c = shared.client().await.unwrap();
+        c.execute(
+            "UPDATE flyto_plans SET finished_at = now() - interval '2 hours'
+             WHERE state = 'succeeded'",
+            &[],
+        )
+        .await
+        .unwrap();
+        let ended: i64 = c
+            .query_one("SELECT id FROM flyto_plans WHERE state = 'succeeded'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!([old, live].contains(&ended));
+        let ttl = std::time::Duration::from_secs(3600);
+        let (a, b) = tokio::join!(plans::expire(&shared, ttl), plans::expire(&shared, ttl));
+        let mut gone = a.unwrap();
+        gone.extend(b.unwrap());
+        assert_eq!(gone, vec![ended], "deleted once, by one of the two");
+        assert!(plans::get_plan(&shared, ended).await.unwrap().is_none());
+        let other = if ended == old { live } else { old };
+        assert!(plans::get_plan(&shared, other).await.unwrap().is_some());
+        assert_eq!(
+            plans::existing(&shared, &[old, live]).await.unwrap(),
+            vec![other]
+        );
+        let steps: i64 = c
+            .query_one(
+                "SELECT count(*) FROM flyto_steps WHERE plan = $1",
+                &[&ended],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(steps, 0);
+    });
+}

@@ -731,13 +731,17 @@ fn a_step_timeout_fails_the_step_with_exit_code_124(backend: Backend) {
     });
 }
 
-#[test]
-fn finished_plans_and_their_logs_expire_after_the_ttl() {
-    let env = TestEnv::new(&fast_with("plan_ttl = \"1s\"\n"));
+fn finished_plans_and_their_logs_expire_after_the_ttl(backend: Backend) {
+    let env = TestEnv::on(backend, &fast_with("plan_ttl = \"1s\"\n"));
     let _daemon = env.start();
     let id = env.submit(TestEnv::run_plan("echo short-lived"));
     let view = env.wait_plan(&id, "succeeded", is_state(PlanState::Succeeded));
-    let log_dir = env.state.join("logs").join(&id);
+    // The shared store's logs are apart from the node's own store's.
+    let logs = match backend {
+        Backend::Sled => "logs",
+        Backend::Postgres => "shared-logs",
+    };
+    let log_dir = env.state.join(logs).join(&id);
     let log_path = view.steps[0].log_path.clone().expect("a log path");
     assert!(
         Path::new(&log_path).starts_with(&log_dir),
@@ -1432,6 +1436,7 @@ fn plan_restart_makes_a_linked_plan_and_plan_remove_deletes_a_finished_one(backe
 }
 
 on_both_backends!(
+    finished_plans_and_their_logs_expire_after_the_ttl,
     submit_wait_prints_the_output_and_exits_with_the_outcome,
     a_cancelled_plan_ends_wait_with_exit_5_and_kills_the_step,
     plans_from_toml_json_and_stdin_then_status_log_and_list,

@@ -25,7 +25,7 @@ use crate::tools::env::child_env;
 use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
@@ -176,6 +176,41 @@ pub struct RunnerConfig {
     pub child_slots: usize,
     pub sweep_every: Duration,
     pub keeper: KeeperTimes,
+    /// Finished plans older than this are deleted (by whichever node
+    /// sweeps first); `None` keeps them.
+    pub plan_ttl: Option<Duration>,
+    /// This node's step logs: those of plans gone from the database are
+    /// removed.
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Deletes finished plans older than `ttl`, and this node's logs of every
+/// plan no longer in the database (another node may have deleted it).
+async fn expire(shared: &Shared, ttl: Duration, log_dir: Option<&Path>) -> Result<(), PgError> {
+    plans::expire(shared, ttl).await?;
+    let Some(dir) = log_dir else { return Ok(()) };
+    let local: Vec<(i64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let id = super::model::parse_id(e.file_name().to_str()?)?;
+            Some((id as i64, e.path()))
+        })
+        .collect();
+    if local.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = local.iter().map(|(id, _)| *id).collect();
+    let kept = plans::existing(shared, &ids).await?;
+    for (id, path) in local {
+        if !kept.contains(&id) {
+            let _ = std::fs::remove_dir_all(path);
+            let _ =
+                std::fs::remove_dir_all(crate::tools::sandbox::tmpdir_for(&format_id(id as u64)));
+        }
+    }
+    Ok(())
 }
 
 /// The attempts whose process runs on this node. An attempt keeps its
@@ -360,13 +395,18 @@ impl Runner {
             })
         };
         let sweeper = {
-            let (shared, node) = (shared.clone(), config.node.clone());
+            let (shared, config) = (shared.clone(), config.clone());
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(config.sweep_every);
                 loop {
                     tick.tick().await;
                     if let Err(e) = claims::sweep(&shared).await {
-                        tracing::warn!(node = %node, error = %e, "cannot sweep expired leases");
+                        tracing::warn!(node = %config.node, error = %e, "cannot sweep expired leases");
+                    }
+                    if let Some(ttl) = config.plan_ttl
+                        && let Err(e) = expire(&shared, ttl, config.log_dir.as_deref()).await
+                    {
+                        tracing::warn!(node = %config.node, error = %e, "cannot remove expired plans");
                     }
                 }
             })

@@ -325,6 +325,54 @@ pub async fn find_by_name(shared: &Shared, name: &str) -> Result<Vec<(i64, Strin
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// Deletes finished plans whose end is older than `ttl` (by the
+/// database's clock), with their steps and attempts, at most 1000 at a
+/// time; answers their ids. Nodes doing it at once delete each plan once.
+pub async fn expire(shared: &Shared, ttl: std::time::Duration) -> Result<Vec<i64>, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("removing expired plans");
+    let tx = c.transaction().await.map_err(&err)?;
+    let gone: Vec<i64> = tx
+        .query(
+            "DELETE FROM flyto_plans WHERE id IN (
+                 SELECT id FROM flyto_plans
+                 WHERE state IN ('succeeded', 'failed', 'cancelled')
+                   AND finished_at < now() - make_interval(secs => $1)
+                 ORDER BY id LIMIT 1000
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id",
+            &[&ttl.as_secs_f64()],
+        )
+        .await
+        .map_err(&err)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !gone.is_empty() {
+        tx.execute("DELETE FROM flyto_steps WHERE plan = ANY($1)", &[&gone])
+            .await
+            .map_err(&err)?;
+        tx.execute("DELETE FROM flyto_attempts WHERE plan = ANY($1)", &[&gone])
+            .await
+            .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(gone)
+}
+
+/// Which of `ids` are plans in the database.
+pub async fn existing(shared: &Shared, ids: &[i64]) -> Result<Vec<i64>, PgError> {
+    let c = shared.client().await?;
+    Ok(
+        c.query("SELECT id FROM flyto_plans WHERE id = ANY($1)", &[&ids])
+            .await
+            .map_err(shared.query_err("looking plans up"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+    )
+}
+
 /// Deletes finished plan `id` with its steps and attempts; `Ok(false)`
 /// when there is no finished plan `id`.
 pub async fn delete_plan(shared: &Shared, id: i64) -> Result<bool, PgError> {
