@@ -108,6 +108,11 @@ enum Command {
             hide_env_values = true
         )]
         database_url: String,
+        /// Also copy this node's plans from its own (sled) store into the
+        /// database, once (flytod must not be running here). Jobs and
+        /// sessions stay in the sled store.
+        #[arg(long)]
+        from_sled: bool,
     },
 }
 
@@ -115,7 +120,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::CheckConfig) => check_config(&cli),
-        Some(Command::Migrate { ref database_url }) => migrate(database_url),
+        Some(Command::Migrate {
+            ref database_url,
+            from_sled,
+        }) => migrate(database_url, from_sled),
         None => run(&cli),
     };
     match result {
@@ -127,8 +135,25 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn migrate(url: &str) -> anyhow::Result<()> {
+fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
     use flyto_actors::store::postgres::{Shared, migrate};
+    // The sled store first: it must not be in use while it is read.
+    let sled = if from_sled {
+        let state_dir = paths::state_dir();
+        let lock = lock::acquire(&state_dir).with_context(|| {
+            format!(
+                "cannot copy the plans of {}: stop flytod on this node first",
+                state_dir.display()
+            )
+        })?;
+        let store = Store::open(&state_dir.join("db"), 64 * 1024 * 1024)?;
+        let plans = SledPlanStore::open(store)?;
+        let records = flyto_actors::plans::PlanStore::list(&plans, None, usize::MAX)
+            .context("cannot read the plans of the sled store")?;
+        Some((state_dir, lock, records))
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -146,6 +171,27 @@ fn migrate(url: &str) -> anyhow::Result<()> {
                 "{}: applied migration(s) {:?}; the schema is at version {}",
                 shared.target, done.applied, done.version
             );
+        }
+        if let Some((state_dir, _lock, mut records)) = sled {
+            // Oldest first, so the new ids keep their order.
+            records.reverse();
+            let source = format!("{}:{}", shared_store::hostname(), state_dir.display());
+            let n = records.len();
+            match flyto_actors::plans::shared::import(&shared, &source, records).await? {
+                None => println!(
+                    "the plans of {source} were copied into this database before: nothing copied"
+                ),
+                Some(ids) => {
+                    println!("copied {n} plan(s) of {source} (old id -> new id):");
+                    for (old, new) in ids {
+                        println!("  p{old} -> p{new}");
+                    }
+                    println!(
+                        "jobs and sessions stay in {}: the shared store does not hold them yet",
+                        state_dir.display()
+                    );
+                }
+            }
         }
         Ok::<(), anyhow::Error>(())
     })

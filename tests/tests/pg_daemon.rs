@@ -477,3 +477,77 @@ fn the_database_going_away_mid_run_answers_unavailable_then_everything_resumes()
     let next = submitted(&a.ctl(&["submit_plan", "--run", "echo again", "--wait"]));
     assert_eq!(next, "again");
 }
+
+#[test]
+fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() {
+    let pg = TestPostgres::start();
+    pg.create_database("copy");
+    let env = TestEnv::new(
+        "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\nmax_parallel_plans = 1\n",
+    );
+    let daemon = env.start();
+    let done = env.submit(TestEnv::run_plan("echo finished-on-sled"));
+    env.wait_plan(&done, "succeeded", |p| p.state == PlanState::Succeeded);
+    let gate = env.tmp.path().join("gate");
+    let held = env.submit(TestEnv::run_plan(&format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo held-then-ran",
+        gate.display()
+    )));
+    env.wait_plan(&held, "running", |p| p.state == PlanState::Running);
+    let queued = env.submit(TestEnv::run_plan("echo queued-then-ran"));
+    let migrate = || {
+        env.command(&flyto_tests::bin("flytod"))
+            .args([
+                "migrate",
+                "--from-sled",
+                "--database-url",
+                &pg.url_for("copy"),
+            ])
+            .output()
+            .expect("flytod migrate")
+    };
+    // Not while flytod uses the store.
+    let busy = migrate();
+    assert_eq!(busy.status.code(), Some(1), "{busy:?}");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("stop flytod on this node first"),
+        "{busy:?}"
+    );
+    assert!(daemon.terminate().success());
+    let out = migrate();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("copied 3 plan(s)"), "{stdout}");
+    let new_id = |old: &str| -> String {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{old} -> ")))
+            .unwrap_or_else(|| panic!("{old} missing: {stdout}"));
+        line.rsplit(' ').next().unwrap().to_string()
+    };
+    let (done2, held2, queued2) = (new_id(&done), new_id(&held), new_id(&queued));
+    // Once only.
+    let again = migrate();
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("nothing copied"),
+        "{again:?}"
+    );
+    // On the shared store: the finished plan as it ended, the others run.
+    std::fs::write(&gate, "").expect("gate");
+    env.write_config(&node_config(&pg, "copy"));
+    let _daemon = env.start();
+    let plan = env.status(&done2);
+    assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+    assert_eq!(plan.steps[0].stdout_tail, "finished-on-sled\n");
+    for (id, out) in [(&held2, "held-then-ran\n"), (&queued2, "queued-then-ran\n")] {
+        let plan = env.wait_plan(id, "finished", |p| p.state.is_terminal());
+        assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
+        assert_eq!(plan.steps[0].stdout_tail, out);
+    }
+    assert_eq!(
+        pg.sql("copy", "SELECT count(*) FROM flyto_plans"),
+        "3",
+        "nothing copied twice"
+    );
+}

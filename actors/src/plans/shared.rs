@@ -3,10 +3,12 @@
 //! sees (the record as submitted, with each step's live state from its
 //! row). It may not run anything; `cluster.rs` does.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, StepAction, format_id};
+use super::model::{PLAN_FORMAT_VERSION, PlanRecord, StepAction, StepRecord, format_id};
 use super::store::decode_plan;
 use crate::store::encode_record;
-use crate::store::postgres::plans::{self, Inserted, NewPlan, NewStep, PlanRow};
+use crate::store::postgres::plans::{
+    self, ImportedPlan, ImportedStep, Inserted, NewPlan, NewStep, PlanRow,
+};
 use crate::store::postgres::{PgError, Shared};
 use flyto_protocol::{PlanState, StepState};
 
@@ -38,18 +40,7 @@ pub async fn submit(shared: &Shared, mut rec: PlanRecord) -> Result<Submitted, P
         idempotency_key: rec.idempotency_key.clone(),
         name: rec.name.clone(),
         depth: rec.depth.min(i32::MAX as u32) as i32,
-        steps: rec
-            .steps
-            .iter()
-            .map(|s| NewStep {
-                step: s.id.clone(),
-                deps: s.deps.clone(),
-                max_attempts: s.max_attempts.min(i32::MAX as u32) as i32,
-                // An agent's turn is safe to run again (its session keeps
-                // what it did); a command only when it says so.
-                retry_on_lease_loss: s.idempotent || matches!(s.action, StepAction::Agent { .. }),
-            })
-            .collect(),
+        steps: rec.steps.iter().map(new_step).collect(),
     };
     match plans::insert_plan(shared, &plan).await? {
         Inserted::New => Ok(Submitted::New(rec.id)),
@@ -61,6 +52,17 @@ pub async fn submit(shared: &Shared, mut rec: PlanRecord) -> Result<Submitted, P
             })?;
             Ok(Submitted::Existing(Box::new(first)))
         }
+    }
+}
+
+fn new_step(s: &StepRecord) -> NewStep {
+    NewStep {
+        step: s.id.clone(),
+        deps: s.deps.clone(),
+        max_attempts: s.max_attempts.min(i32::MAX as u32) as i32,
+        // An agent's turn is safe to run again (its session keeps what it
+        // did); a command only when it says so.
+        retry_on_lease_loss: s.idempotent || matches!(s.action, StepAction::Agent { .. }),
     }
 }
 
@@ -111,4 +113,78 @@ fn step_state(s: &str) -> StepState {
         // waiting and ready: not started yet.
         _ => StepState::Pending,
     }
+}
+
+/// Copies the plans of a one-machine store into the shared store, once
+/// per `source` (see [`plans::import`]): finished plans as they ended;
+/// pending and running ones ready to run here (a step that was running
+/// runs again, its attempts kept). Answers (old id, new id) per plan, or
+/// `None` when `source` was copied before.
+pub async fn import(
+    shared: &Shared,
+    source: &str,
+    records: Vec<PlanRecord>,
+) -> Result<Option<Vec<(u64, u64)>>, PgError> {
+    let ms = |t: Option<u64>| t.map(|t| t.min(i64::MAX as u64) as i64);
+    let imported: Vec<ImportedPlan> = records
+        .iter()
+        .map(|rec| ImportedPlan {
+            old_id: rec.id as i64,
+            record: Vec::new(),
+            idempotency_key: rec.idempotency_key.clone(),
+            name: rec.name.clone(),
+            depth: rec.depth.min(i32::MAX as u32) as i32,
+            state: match rec.state {
+                PlanState::Succeeded => "succeeded",
+                PlanState::Failed => "failed",
+                PlanState::Cancelled => "cancelled",
+                PlanState::Pending | PlanState::Running => "pending",
+            }
+            .into(),
+            reason: rec.reason.clone(),
+            created_ms: ms(Some(rec.created_ms)).unwrap_or(0),
+            started_ms: ms(rec.started_ms),
+            finished_ms: ms(rec.finished_ms),
+            steps: rec
+                .steps
+                .iter()
+                .map(|s| ImportedStep {
+                    new: new_step(s),
+                    state: match s.state {
+                        StepState::Succeeded => "succeeded",
+                        StepState::Failed => "failed",
+                        StepState::Skipped => "skipped",
+                        StepState::Cancelled => "cancelled",
+                        // Not run, or interrupted: runs (again) here.
+                        StepState::Pending | StepState::Running => "waiting",
+                    }
+                    .into(),
+                    attempts: s.attempts.min(i32::MAX as u32) as i32,
+                    exit_code: s.exit_code,
+                    error: s.error.clone(),
+                    stdout: s.stdout_tail.clone(),
+                    stderr: s.stderr_tail.clone(),
+                    started_ms: ms(s.started_ms),
+                    finished_ms: ms(s.finished_ms),
+                })
+                .collect(),
+        })
+        .collect();
+    let by_old: std::collections::HashMap<i64, &PlanRecord> =
+        records.iter().map(|r| (r.id as i64, r)).collect();
+    let record = |p: &ImportedPlan, id: i64| {
+        let Some(old) = by_old.get(&p.old_id) else {
+            return Vec::new();
+        };
+        let mut rec = (*old).clone();
+        // A chain named after the old id is this plan's own.
+        if rec.chain == format_id(rec.id) {
+            rec.chain = format_id(id as u64);
+        }
+        rec.id = id as u64;
+        encode_record(PLAN_FORMAT_VERSION, &rec)
+    };
+    Ok(plans::import(shared, source, &imported, record)
+        .await?
+        .map(|ids| ids.into_iter().map(|(a, b)| (a as u64, b as u64)).collect()))
 }

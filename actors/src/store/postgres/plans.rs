@@ -99,6 +99,142 @@ pub enum Cancel {
     },
 }
 
+/// A plan copied in from a one-machine store, as it stood there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedPlan {
+    /// Its id there; it gets a new one here.
+    pub old_id: i64,
+    /// Makes the record to store from the new id.
+    pub record: Vec<u8>,
+    pub idempotency_key: Option<String>,
+    pub name: Option<String>,
+    pub depth: i32,
+    /// pending (also for a plan that was running: its steps run again
+    /// here), succeeded, failed, cancelled.
+    pub state: String,
+    pub reason: Option<String>,
+    pub created_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub steps: Vec<ImportedStep>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedStep {
+    pub new: NewStep,
+    /// waiting (not run, or interrupted), succeeded, failed, skipped,
+    /// cancelled.
+    pub state: String,
+    pub attempts: i32,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+/// Copies `plans` in, in one transaction, once per `source`: `Ok(None)`
+/// when `source` was copied before. Each plan gets a new id (`record`
+/// makes its record for it); plans not finished there are ready to run
+/// here. An idempotency key another plan holds already is dropped from
+/// the copy. Answers (old id, new id) per plan.
+pub async fn import(
+    shared: &Shared,
+    source: &str,
+    plans: &[ImportedPlan],
+    record: impl Fn(&ImportedPlan, i64) -> Vec<u8>,
+) -> Result<Option<Vec<(i64, i64)>>, PgError> {
+    let mut c = shared.client().await?;
+    let err = shared.query_err("copying plans in");
+    let tx = c.transaction().await.map_err(&err)?;
+    let fresh = tx
+        .execute(
+            "INSERT INTO flyto_imports (source, plans) VALUES ($1, $2)
+             ON CONFLICT (source) DO NOTHING",
+            &[&source, &(plans.len() as i32)],
+        )
+        .await
+        .map_err(&err)?;
+    if fresh == 0 {
+        return Ok(None);
+    }
+    let at = |ms: Option<i64>| ms.map(|m| m as f64 / 1000.0);
+    let mut ids = Vec::new();
+    for p in plans {
+        let id: i64 = tx
+            .query_one("SELECT nextval('flyto_plan_ids')", &[])
+            .await
+            .map_err(&err)?
+            .get(0);
+        let key_taken = match &p.idempotency_key {
+            Some(k) => tx
+                .query_opt("SELECT 1 FROM flyto_plans WHERE idempotency_key = $1", &[k])
+                .await
+                .map_err(&err)?
+                .is_some(),
+            None => false,
+        };
+        let key = p.idempotency_key.clone().filter(|_| !key_taken);
+        tx.execute(
+            "INSERT INTO flyto_plans (id, state, record, idempotency_key, name, reason,
+                 created_at, started_at, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7), to_timestamp($8), to_timestamp($9))",
+            &[
+                &id,
+                &p.state,
+                &record(p, id),
+                &key,
+                &p.name,
+                &p.reason,
+                &(p.created_ms as f64 / 1000.0),
+                &at(p.started_ms),
+                &at(p.finished_ms),
+            ],
+        )
+        .await
+        .map_err(&err)?;
+        for (i, s) in p.steps.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO flyto_steps (plan, step, position, deps, state, max_attempts,
+                     retry_on_lease_loss, depth, attempts, exit_code, error, output, stderr,
+                     started_at, finished_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                     to_timestamp($14), to_timestamp($15))",
+                &[
+                    &id,
+                    &s.new.step,
+                    &(i as i32),
+                    &s.new.deps,
+                    &s.state,
+                    &s.new.max_attempts,
+                    &s.new.retry_on_lease_loss,
+                    &p.depth,
+                    &s.attempts,
+                    &s.exit_code,
+                    &s.error,
+                    &s.stdout,
+                    &s.stderr,
+                    &at(s.started_ms),
+                    &at(s.finished_ms),
+                ],
+            )
+            .await
+            .map_err(&err)?;
+        }
+        if p.state == "pending" {
+            // Its waiting steps whose dependencies succeeded are ready.
+            settle(shared, &tx, id, Moved::Any).await?;
+        }
+        ids.push((p.old_id, id));
+    }
+    tx.execute("SELECT pg_notify($1, '')", &[&WORK_CHANNEL])
+        .await
+        .map_err(&err)?;
+    tx.commit().await.map_err(&err)?;
+    Ok(Some(ids))
+}
+
 /// A fresh plan id (ids are never reused, also when a submit then fails).
 pub async fn next_plan_id(shared: &Shared) -> Result<i64, PgError> {
     let c = shared.client().await?;
