@@ -696,10 +696,18 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let (dream_spec, dream_config) = dream_spec;
     let jobs_spec = {
         let job_store = flyto_actors::plans::jobs::JobStore::open(store.clone())?;
+        if joined.is_some() {
+            let held = job_store.all().map(|j| j.len()).unwrap_or(0);
+            if held > 0 {
+                tracing::warn!(
+                    "this node's own store holds {held} jobs; they do not fire while [store] backend = \"postgres\" (jobs do not run on the shared store yet): set backend = \"sled\" to run them"
+                );
+            }
+        }
         let retry_backoff = config.retry_backoff()?;
         let reader = reader.clone();
         let clock = clock.clone();
-        ChildSpec {
+        let spec = ChildSpec {
             name: "jobs".into(),
             start: Arc::new(move |sup| {
                 let args = flyto_actors::plans::jobs_actor::JobsArgs {
@@ -719,7 +727,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     Ok(r.get_cell())
                 })
             }),
-        }
+        };
+        joined.is_none().then_some(spec)
     };
     let channels_spec = {
         let channel_store = flyto_actors::channels::store::ChannelStore::open(store.clone())?;
@@ -774,15 +783,20 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: vec![
-                breaker_spec,
-                memory_spec,
-                sessions_spec,
-                dream_spec,
-                scheduler_spec,
+            children: [
+                Some(breaker_spec),
+                Some(memory_spec),
+                Some(sessions_spec),
+                Some(dream_spec),
+                Some(scheduler_spec),
+                // Jobs are not on the shared store yet: they do not fire
+                // there rather than fire uncounted.
                 jobs_spec,
-                channels_spec,
-            ],
+                Some(channels_spec),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },

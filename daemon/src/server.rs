@@ -936,7 +936,13 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     | Request::JobPause { .. }
                     | Request::JobResume { .. }
                     | Request::JobDelete { .. }
-                    | Request::JobRun { .. }) => jobs_request(other).await,
+                    | Request::JobRun { .. }) => {
+                        if ctx.store.shared.is_some() {
+                            Err(Reject::new(ErrorCode::Unavailable, JOBS_NOT_SHARED))
+                        } else {
+                            jobs_request(other).await
+                        }
+                    }
                     other => Err(Reject::new(
                         ErrorCode::BadRequest,
                         format!("`{}` is not served here", other.op()),
@@ -1241,6 +1247,9 @@ fn job_next(
         tzdb: tzdb_version().to_string(),
     })
 }
+
+/// Why `job_*` requests are refused on the shared store.
+pub const JOBS_NOT_SHARED: &str = "jobs do not run on the shared store yet (their fires and results would not be counted across nodes): run jobs on a flytod with [store] backend = \"sled\"; `job_next` works here";
 
 /// The `job_*` requests, asked of the jobs actor.
 async fn jobs_request(req: Request) -> Result<Response, Reject> {

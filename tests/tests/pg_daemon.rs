@@ -143,6 +143,26 @@ fn two_daemons_on_one_database_answer_for_each_other_and_run_each_step_once() {
         agent.stderr
     );
     assert_eq!(stats(&b).plans_succeeded + stats(&b).plans_pending, 13);
+    // Jobs are refused rather than fired uncounted; job_next still works.
+    let plan = a.tmp.path().join("job.toml");
+    std::fs::write(&plan, "[[steps]]\nid = \"s\"\nrun = \"true\"\n").unwrap();
+    let job = a.ctl(&[
+        "job_create",
+        "--schedule",
+        "every 1s",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    assert_ne!(job.code, 0, "{job:?}");
+    assert!(
+        job.stderr
+            .contains("jobs do not run on the shared store yet")
+            && job.stderr.contains("backend = \"sled\""),
+        "{}",
+        job.stderr
+    );
+    let next = a.ctl(&["job_next", "@daily", "--tz", "UTC"]);
+    assert_eq!(next.code, 0, "{next:?}");
 }
 
 #[test]
