@@ -443,12 +443,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // It holds transcripts and tool output; earlier versions left it open.
     paths::make_private(&state_dir)?;
     let _lock = lock::acquire(&state_dir)?;
-    // The shared store, when configured: READY (and every request) waits
-    // for it.
-    let joined = match config.database_url()? {
-        Some(url) => Some(shared_store::join(&url, shared_store::node_id(clock_ms())).await?),
-        None => None,
-    };
+    // The shared store, when configured (a bad `[store]` stops us now).
+    let database_url = config.database_url()?;
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());
     let support = flyto_actors::tools::sandbox::probe();
     configure_sandbox(&config, &state_dir, &loaded.path, &socket_path, &support);
@@ -459,6 +455,90 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let plan_store: Arc<dyn flyto_actors::plans::PlanStore> =
         Arc::new(SledPlanStore::open(store.clone())?);
     let reader = PlanReader::new(plan_store, state_dir.join("logs"));
+    let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
+    let restarts = Arc::new(AtomicU64::new(0));
+
+    // Bound before the actors start: recovery may restart steps, whose
+    // scoped plan sockets live next to it. Served (and READY) only after.
+    let bound = listener::bind(&socket_path)?;
+    let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
+    // One registry for every session, scanned before we serve.
+    let skills = Arc::new(flyto_actors::skills::SkillRegistry::new(
+        config.skill_config(&loaded.path),
+    ));
+    if let Err(e) = flyto_actors::skills::watch::start(skills.clone()) {
+        tracing::warn!(
+            "skills: cannot start the folder watcher ({e}); use `flytoctl skill_reload`"
+        );
+    }
+    flyto_actors::memory::entry::declare_types(&config.memory_types());
+    let memory = Memory::new(state_dir.clone());
+    let (plans, store_info) = match &database_url {
+        Some(_) => (
+            plan_reads::PlanReads::Joining,
+            plan_reads::StoreInfo {
+                describe: "postgres: joining the shared store".into(),
+                shared: None,
+            },
+        ),
+        None => (
+            plan_reads::PlanReads::Local(reader.clone()),
+            plan_reads::StoreInfo {
+                describe: format!("sled at {}", state_dir.join("db").display()),
+                shared: None,
+            },
+        ),
+    };
+    let ctx = Arc::new(server::Ctx {
+        plans: RwLock::new(Arc::new(plans)),
+        store: RwLock::new(Arc::new(store_info)),
+        draining: AtomicBool::new(false),
+        started,
+        restarts: restarts.clone(),
+        inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
+        connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        policy: policy.clone(),
+        skills: skills.clone(),
+        memory: memory.clone(),
+        clock: clock.clone(),
+        run_streams: Arc::default(),
+    });
+    let socket_dir = bound
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let plan_sockets = Arc::new(DaemonPlanSockets::new(
+        socket_dir,
+        ctx.clone(),
+        tokio::runtime::Handle::current(),
+    ));
+    plan_sockets.remove_stale();
+
+    // The shared store: until it is joined, the socket answers (`stats`
+    // says what it waits for; plan requests are Unavailable), and READY
+    // waits.
+    let mut listener = Some(bound.listener);
+    let mut server_task = None;
+    let joined = match &database_url {
+        Some(url) => {
+            server_task = listener
+                .take()
+                .map(|l| tokio::spawn(server::serve(l, ctx.clone(), None)));
+            let waiting = |why: &str| {
+                if let Ok(mut s) = ctx.store.write() {
+                    *s = Arc::new(plan_reads::StoreInfo {
+                        describe: format!("postgres: waiting to join the shared store: {why}"),
+                        shared: None,
+                    });
+                }
+            };
+            Some(shared_store::join(url, shared_store::node_id(clock_ms()), &waiting).await?)
+        }
+        None => None,
+    };
     let shared_reader = joined.as_ref().map(|j| {
         use flyto_actors::store::postgres::listen::Listener;
         use flyto_actors::store::postgres::plans::{PLANS_CHANNEL, WORK_CHANNEL};
@@ -503,54 +583,12 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             shared: None,
         },
     };
-    let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
-    let restarts = Arc::new(AtomicU64::new(0));
-
-    // Bound before the actors start: recovery may restart steps, whose
-    // scoped plan sockets live next to it. Served (and READY) only after.
-    let bound = listener::bind(&socket_path)?;
-    let policy: SharedPolicy = Arc::new(RwLock::new(Arc::new(config.policy()?)));
-    // One registry for every session, scanned before we serve.
-    let skills = Arc::new(flyto_actors::skills::SkillRegistry::new(
-        config.skill_config(&loaded.path),
-    ));
-    if let Err(e) = flyto_actors::skills::watch::start(skills.clone()) {
-        tracing::warn!(
-            "skills: cannot start the folder watcher ({e}); use `flytoctl skill_reload`"
-        );
+    if let Some(r) = &shared_reader
+        && let (Ok(mut plans), Ok(mut store)) = (ctx.plans.write(), ctx.store.write())
+    {
+        *plans = Arc::new(plan_reads::PlanReads::Shared(Box::new(r.clone())));
+        *store = Arc::new(store_info);
     }
-    flyto_actors::memory::entry::declare_types(&config.memory_types());
-    let memory = Memory::new(state_dir.clone());
-    let ctx = Arc::new(server::Ctx {
-        plans: match &shared_reader {
-            Some(r) => plan_reads::PlanReads::Shared(Box::new(r.clone())),
-            None => plan_reads::PlanReads::Local(reader.clone()),
-        },
-        store: store_info,
-        draining: AtomicBool::new(false),
-        started,
-        restarts: restarts.clone(),
-        inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
-        connections: Arc::new(tokio::sync::Semaphore::new(config.daemon.max_connections)),
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
-        policy: policy.clone(),
-        skills: skills.clone(),
-        memory: memory.clone(),
-        clock: clock.clone(),
-        run_streams: Arc::default(),
-    });
-    let socket_dir = bound
-        .path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let plan_sockets = Arc::new(DaemonPlanSockets::new(
-        socket_dir,
-        ctx.clone(),
-        tokio::runtime::Handle::current(),
-    ));
-    plan_sockets.remove_stale();
 
     let scheduler_spec = if let (Some(shared_reader), Some(j)) = (&shared_reader, &joined) {
         shared_scheduler_spec(
@@ -804,7 +842,11 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     .await
     .context("cannot start the actors (see the log above)")?;
 
-    let server_task = tokio::spawn(server::serve(bound.listener, ctx.clone(), None));
+    let server_task = match (server_task, listener) {
+        (Some(task), _) => task,
+        (None, Some(l)) => tokio::spawn(server::serve(l, ctx.clone(), None)),
+        (None, None) => anyhow::bail!("the control socket was lost while starting"),
+    };
     tracing::info!(
         socket = %bound.path.display(),
         state = %state_dir.display(),

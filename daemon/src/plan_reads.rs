@@ -11,6 +11,15 @@ use tokio::sync::watch;
 pub enum PlanReads {
     Local(PlanReader),
     Shared(Box<SharedReader>),
+    /// The shared store is not joined yet (flytod is starting).
+    Joining,
+}
+
+fn joining() -> Reject {
+    Reject::new(
+        flyto_protocol::ErrorCode::Unavailable,
+        "flytod is starting and has not reached the shared store yet (`flytoctl stats` says why): retry in a moment",
+    )
 }
 
 /// A plan's next views.
@@ -38,6 +47,7 @@ impl PlanReads {
         match self {
             PlanReads::Local(r) => r.status(id),
             PlanReads::Shared(r) => r.status(id).await,
+            PlanReads::Joining => Err(joining()),
         }
     }
 
@@ -48,6 +58,7 @@ impl PlanReads {
                 .watch(id)
                 .await
                 .map(|(v, w)| (v, w.map(|w| PlanChanges::Shared(Box::new(w))))),
+            PlanReads::Joining => Err(joining()),
         }
     }
 
@@ -56,7 +67,7 @@ impl PlanReads {
     pub fn place(&self, view: PlanView) -> PlanView {
         match self {
             PlanReads::Local(r) => r.place(view),
-            PlanReads::Shared(_) => view,
+            PlanReads::Shared(_) | PlanReads::Joining => view,
         }
     }
 
@@ -68,6 +79,7 @@ impl PlanReads {
         match self {
             PlanReads::Local(r) => r.list(state, limit),
             PlanReads::Shared(r) => r.list(state, limit).await,
+            PlanReads::Joining => Err(joining()),
         }
     }
 
@@ -75,6 +87,7 @@ impl PlanReads {
         match self {
             PlanReads::Local(r) => r.total(state),
             PlanReads::Shared(r) => r.total(state).await,
+            PlanReads::Joining => Err(joining()),
         }
     }
 
@@ -82,6 +95,8 @@ impl PlanReads {
         match self {
             PlanReads::Local(r) => r.counts(),
             PlanReads::Shared(r) => r.counts().await,
+            // Nothing to count yet; `stats` says why.
+            PlanReads::Joining => Ok(PlanCounts::default()),
         }
     }
 }

@@ -27,9 +27,10 @@ use tokio::sync::broadcast;
 pub const DAEMON_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub struct Ctx {
-    pub plans: PlanReads,
+    /// Swapped once, when the shared store is joined (see `PlanReads`).
+    pub plans: std::sync::RwLock<Arc<PlanReads>>,
     /// Where plans are kept, the node id and its peers (shared store).
-    pub store: StoreInfo,
+    pub store: std::sync::RwLock<Arc<StoreInfo>>,
     pub draining: AtomicBool,
     pub started: Instant,
     pub restarts: Arc<AtomicU64>,
@@ -48,6 +49,16 @@ pub struct Ctx {
     pub clock: Arc<dyn flyto_actors::Clock>,
     /// Streams of a run's events still being written to their clients.
     pub run_streams: Arc<RunStreams>,
+}
+
+impl Ctx {
+    pub fn plans(&self) -> Arc<PlanReads> {
+        self.plans.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn store(&self) -> Arc<StoreInfo> {
+        self.store.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// Counts the connections still writing a run's events.
@@ -134,7 +145,7 @@ impl Scope {
                 ));
             }
         };
-        match ctx.plans.status(id).await {
+        match ctx.plans().status(id).await {
             Ok(plan) if plan.chain == self.chain => Ok(()),
             Ok(_) => Err(Reject::new(
                 ErrorCode::NotFound,
@@ -729,23 +740,23 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             }
         }
         Request::PlanStatus { id } => ctx
-            .plans
+            .plans()
             .status(&id)
             .await
             .map(|plan| Response::Plan { plan }),
         Request::PlanList { state, limit } => {
             let limit = limit.unwrap_or(50).clamp(1, 10_000) as usize;
             match &sink.scope {
-                None => match ctx.plans.list(state, limit).await {
+                None => match ctx.plans().list(state, limit).await {
                     Ok(plans) => ctx
-                        .plans
+                        .plans()
                         .total(state)
                         .await
                         .map(|total| Response::Plans { plans, total }),
                     Err(r) => Err(r),
                 },
                 // A chain is small; look further back and keep its plans.
-                Some(scope) => ctx.plans.list(state, 10_000).await.map(|all| {
+                Some(scope) => ctx.plans().list(state, 10_000).await.map(|all| {
                     let mut plans: Vec<_> =
                         all.into_iter().filter(|p| p.chain == scope.chain).collect();
                     let total = plans.len() as u64;
@@ -937,7 +948,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     | Request::JobResume { .. }
                     | Request::JobDelete { .. }
                     | Request::JobRun { .. }) => {
-                        if ctx.store.shared.is_some() {
+                        if ctx.store().shared.is_some() {
                             Err(Reject::new(ErrorCode::Unavailable, JOBS_NOT_SHARED))
                         } else {
                             jobs_request(other).await
@@ -1130,8 +1141,8 @@ impl EarlySubmit {
 }
 
 async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
-    let c = ctx.plans.counts().await?;
-    let (node, peers) = ctx.store.peers().await;
+    let c = ctx.plans().counts().await?;
+    let (node, peers) = ctx.store().peers().await;
     let sandbox = flyto_actors::tools::sandbox::probe();
     let t = session_call(ctx, |reply| ManagerMsg::Totals { reply })
         .await
@@ -1166,7 +1177,7 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
             disk_syncs: c.disk_syncs,
             sandbox: sandbox.describe(),
             landlock_abi: sandbox.landlock_abi.max(0) as u32,
-            store: ctx.store.describe.clone(),
+            store: ctx.store().describe.clone(),
             node,
             peers,
         },
@@ -1176,7 +1187,7 @@ async fn stats(ctx: &Ctx) -> Result<Response, Reject> {
 /// Snapshot, then one event per published change, then `End` once the plan
 /// is terminal.
 async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
-    let (view, rx) = match ctx.plans.watch(id).await {
+    let (view, rx) = match ctx.plans().watch(id).await {
         Ok(v) => v,
         Err(r) => return sink.error(r.code, r.message).await,
     };
@@ -1191,14 +1202,14 @@ async fn watch(id: &str, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameError> {
                     // The plan left the live set (or the scheduler
                     // restarted): send what is stored and stop.
                     terminal = true;
-                    match ctx.plans.status(id).await {
+                    match ctx.plans().status(id).await {
                         Ok(v) => v,
                         Err(_) => break,
                     }
                 }
             };
             terminal |= next.state.is_terminal();
-            let next = ctx.plans.place(next);
+            let next = ctx.plans().place(next);
             if next.revision > last {
                 last = next.revision;
                 sink.send(&Response::Event {

@@ -28,8 +28,9 @@ pub fn hostname() -> String {
 
 /// Connects, migrates and registers; retries what may heal (the server
 /// down, wrong credentials being fixed) and gives up at once on what
-/// cannot (a malformed URL, a schema newer than this flytod).
-pub async fn join(url: &str, node: String) -> anyhow::Result<Joined> {
+/// cannot (a malformed URL, a schema newer than this flytod). `waiting`
+/// is told why at every retry (for `stats`).
+pub async fn join(url: &str, node: String, waiting: &dyn Fn(&str)) -> anyhow::Result<Joined> {
     let mut backoff = Duration::from_millis(500);
     loop {
         let attempt = async {
@@ -48,6 +49,7 @@ pub async fn join(url: &str, node: String) -> anyhow::Result<Joined> {
             }
             Err(e) => {
                 let wait = backoff;
+                waiting(&e.to_string());
                 tracing::warn!(
                     "waiting for the shared store: {e}; retrying in {} ms",
                     wait.as_millis()

@@ -360,6 +360,25 @@ fn an_unreachable_database_holds_ready_back_and_says_why_until_it_is_up() {
     ] {
         assert!(waiting.contains(part), "{part} missing: {waiting}");
     }
+    // Meanwhile the socket answers: stats says what it waits for; plan
+    // requests are Unavailable, saying why.
+    let st = env.ctl(&["stats"]);
+    assert_eq!(st.code, 0, "{st:?}");
+    assert!(
+        st.stdout.contains("waiting to join the shared store")
+            && st
+                .stdout
+                .contains("cannot connect to PostgreSQL at 127.0.0.1"),
+        "{}",
+        st.stdout
+    );
+    let list = env.ctl(&["plan_list"]);
+    assert_ne!(list.code, 0, "{list:?}");
+    assert!(
+        list.stderr.contains("Unavailable") && list.stderr.contains("not reached the shared store"),
+        "{}",
+        list.stderr
+    );
     // The database comes up: the daemon joins and is ready.
     pg.start_again();
     daemon.wait_note("READY=1");
