@@ -746,17 +746,17 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             .map(|plan| Response::Plan { plan }),
         Request::PlanList { state, limit } => {
             let limit = limit.unwrap_or(50).clamp(1, 10_000) as usize;
+            let reads = ctx.plans();
             match &sink.scope {
-                None => match ctx.plans().list(state, limit).await {
-                    Ok(plans) => ctx
-                        .plans()
+                None => match reads.list(state, limit).await {
+                    Ok(plans) => reads
                         .total(state)
                         .await
                         .map(|total| Response::Plans { plans, total }),
                     Err(r) => Err(r),
                 },
                 // A chain is small; look further back and keep its plans.
-                Some(scope) => ctx.plans().list(state, 10_000).await.map(|all| {
+                Some(scope) => reads.list(state, 10_000).await.map(|all| {
                     let mut plans: Vec<_> =
                         all.into_iter().filter(|p| p.chain == scope.chain).collect();
                     let total = plans.len() as u64;
@@ -948,7 +948,9 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     | Request::JobResume { .. }
                     | Request::JobDelete { .. }
                     | Request::JobRun { .. }) => {
-                        if ctx.store().shared.is_some() {
+                        // Also while joining: the jobs actor never starts
+                        // on the shared store.
+                        if !matches!(*ctx.plans(), PlanReads::Local(_)) {
                             Err(Reject::new(ErrorCode::Unavailable, JOBS_NOT_SHARED))
                         } else {
                             jobs_request(other).await
