@@ -546,7 +546,11 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         // fallback for a notification that never came.
         let listener = Listener::start(
             &j.shared,
-            &[WORK_CHANNEL, PLANS_CHANNEL],
+            &[
+                WORK_CHANNEL,
+                PLANS_CHANNEL,
+                flyto_actors::plans::shared_jobs::JOBS_CHANNEL,
+            ],
             Duration::from_secs(2),
         );
         flyto_actors::plans::shared_reader::SharedReader {
@@ -558,7 +562,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let store_info = match &joined {
         Some(j) => {
             tracing::info!(
-                "plans are on the shared store at {}; sessions, jobs, channels and memory stay in this node's state directory {}",
+                "plans and jobs are on the shared store at {}; sessions, channels and memory stay in this node's state directory {}",
                 j.shared.target,
                 state_dir.display()
             );
@@ -733,24 +737,40 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     };
     let (dream_spec, dream_config) = dream_spec;
     let jobs_spec = {
-        let job_store = flyto_actors::plans::jobs::JobStore::open(store.clone())?;
-        if joined.is_some() {
-            let held = job_store.all().map(|j| j.len()).unwrap_or(0);
-            if held > 0 {
-                tracing::warn!(
-                    "this node's own store holds {held} jobs; they do not fire while [store] backend = \"postgres\" (jobs do not run on the shared store yet): set backend = \"sled\" to run them"
-                );
+        use flyto_actors::plans::jobs::{JobStore, SledJobStore};
+        use flyto_actors::plans::reader::PlanLookup;
+        let local_jobs = SledJobStore::open(store.clone())?;
+        let (job_store, plan_lookup): (Arc<dyn JobStore>, Arc<dyn PlanLookup>) = match (
+            &joined,
+            &shared_reader,
+        ) {
+            (Some(j), Some(r)) => {
+                let held = local_jobs.all().map(|j| j.len()).unwrap_or(0);
+                if held > 0 {
+                    tracing::warn!(
+                        "this node's own store {} holds {held} jobs that the shared store does not have: they do not fire while [store] backend = \"postgres\"; set backend = \"sled\" to run them",
+                        state_dir.join("db").display()
+                    );
+                }
+                (
+                    Arc::new(flyto_actors::plans::shared_jobs::SharedJobStore {
+                        shared: j.shared.clone(),
+                        node: j.node.clone(),
+                        listener: r.listener.clone(),
+                    }),
+                    Arc::new(r.clone()),
+                )
             }
-        }
+            _ => (Arc::new(local_jobs), Arc::new(reader.clone())),
+        };
         let retry_backoff = config.retry_backoff()?;
-        let reader = reader.clone();
         let clock = clock.clone();
-        let spec = ChildSpec {
+        ChildSpec {
             name: "jobs".into(),
             start: Arc::new(move |sup| {
                 let args = flyto_actors::plans::jobs_actor::JobsArgs {
                     store: job_store.clone(),
-                    reader: reader.clone(),
+                    reader: plan_lookup.clone(),
                     clock: clock.clone(),
                     retry_backoff: retry_backoff.clone(),
                 };
@@ -765,8 +785,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     Ok(r.get_cell())
                 })
             }),
-        };
-        joined.is_none().then_some(spec)
+        }
     };
     let channels_spec = {
         let channel_store = flyto_actors::channels::store::ChannelStore::open(store.clone())?;
@@ -821,20 +840,15 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         Some("flyto.supervisor".into()),
         Supervisor,
         SupervisorArgs {
-            children: [
-                Some(breaker_spec),
-                Some(memory_spec),
-                Some(sessions_spec),
-                Some(dream_spec),
-                Some(scheduler_spec),
-                // Jobs are not on the shared store yet: they do not fire
-                // there rather than fire uncounted.
+            children: vec![
+                breaker_spec,
+                memory_spec,
+                sessions_spec,
+                dream_spec,
+                scheduler_spec,
                 jobs_spec,
-                Some(channels_spec),
-            ]
-            .into_iter()
-            .flatten()
-            .collect(),
+                channels_spec,
+            ],
             policy: config.restart_policy(),
             restarts: restarts.clone(),
         },

@@ -15,7 +15,7 @@ pub enum PlanReads {
     Joining,
 }
 
-fn joining() -> Reject {
+pub fn joining() -> Reject {
     Reject::new(
         flyto_protocol::ErrorCode::Unavailable,
         "flytod is starting and has not reached the shared store yet (`flytoctl stats` says why): retry in a moment",

@@ -948,10 +948,9 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                     | Request::JobResume { .. }
                     | Request::JobDelete { .. }
                     | Request::JobRun { .. }) => {
-                        // Also while joining: the jobs actor never starts
-                        // on the shared store.
-                        if !matches!(*ctx.plans(), PlanReads::Local(_)) {
-                            Err(Reject::new(ErrorCode::Unavailable, JOBS_NOT_SHARED))
+                        // The jobs actor starts once the store is joined.
+                        if matches!(*ctx.plans(), PlanReads::Joining) {
+                            Err(crate::plan_reads::joining())
                         } else {
                             jobs_request(other).await
                         }
@@ -1260,9 +1259,6 @@ fn job_next(
         tzdb: tzdb_version().to_string(),
     })
 }
-
-/// Why `job_*` requests are refused on the shared store.
-pub const JOBS_NOT_SHARED: &str = "jobs do not run on the shared store yet (their fires and results would not be counted across nodes): run jobs on a flytod with [store] backend = \"sled\"; `job_next` works here";
 
 /// The `job_*` requests, asked of the jobs actor.
 async fn jobs_request(req: Request) -> Result<Response, Reject> {

@@ -4,7 +4,7 @@
 // Test helpers panic to fail the test.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use flyto_tests::TestEnv;
+use flyto_tests::{Backend, TestEnv};
 
 /// (expression, zone, after (exclusive), expected instants). The DST
 /// changes of 2026: New York 8 March 02:00 → 03:00 and 1 November 02:00 →
@@ -426,6 +426,18 @@ fn ambiguous_expressions_are_accepted_with_a_warning_and_bad_ones_refused() {
 
 use serde_json::Value;
 
+// The jobs suite, on both stores.
+on_both_backends!(
+    a_job_submits_one_plan_per_instant_and_shows_its_runs,
+    downtime_is_one_missed_record_and_a_running_run_is_not_overlapped,
+    a_crash_between_recording_a_fire_and_submitting_it_still_gives_one_plan,
+    bad_job_input_gets_a_clear_error,
+    failures_in_a_row_expiry_and_a_one_shot_each_stop_the_job_saying_why,
+    editing_a_job_or_reloading_as_it_fires_still_gives_each_instant_one_plan,
+    jitter_is_a_fixed_offset_of_at_most_the_value_given,
+    a_client_cannot_borrow_a_jobs_idempotency_key,
+);
+
 /// A plan file with one `run` step.
 fn plan_file(env: &TestEnv, name: &str, run: &str) -> String {
     let path = env.work.join(format!("{name}.toml"));
@@ -449,15 +461,37 @@ fn fires(env: &TestEnv, id: &str) -> Vec<Value> {
         .clone()
 }
 
+/// Asserts that no scheduled instant fired twice and no two fires name
+/// one plan; gives the number of scheduled fires and the plans.
+pub(crate) fn distinct_fires(fires: &[Value]) -> (usize, Vec<String>) {
+    let mut instants: Vec<&str> = fires
+        .iter()
+        .filter(|f| f["manual"] == false)
+        .map(|f| f["instant"].as_str().unwrap())
+        .collect();
+    let n = instants.len();
+    instants.sort_unstable();
+    instants.dedup();
+    assert_eq!(instants.len(), n, "an instant fired twice: {fires:?}");
+    let mut plans: Vec<String> = fires
+        .iter()
+        .filter_map(|f| f["plan"].as_str().map(str::to_string))
+        .collect();
+    let m = plans.len();
+    plans.sort_unstable();
+    plans.dedup();
+    assert_eq!(plans.len(), m, "two fires share a plan: {fires:?}");
+    (n, plans)
+}
+
 fn create(env: &TestEnv, args: &[&str]) -> String {
     let mut all = vec!["job_create"];
     all.extend_from_slice(args);
     json(env, &all)["id"].as_str().unwrap().to_string()
 }
 
-#[test]
-fn a_job_submits_one_plan_per_instant_and_shows_its_runs() {
-    let env = TestEnv::new("");
+fn a_job_submits_one_plan_per_instant_and_shows_its_runs(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let _daemon = env.start();
     let plan = plan_file(&env, "tick", "echo tick");
     let id = create(
@@ -518,9 +552,8 @@ fn a_job_submits_one_plan_per_instant_and_shows_its_runs() {
     );
 }
 
-#[test]
-fn downtime_is_one_missed_record_and_a_running_run_is_not_overlapped() {
-    let env = TestEnv::new("");
+fn downtime_is_one_missed_record_and_a_running_run_is_not_overlapped(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let daemon = env.start();
     let slow = plan_file(&env, "slow", "sleep 30");
     let id = create(&env, &["--schedule", "every 1s", "--plan", &slow]);
@@ -557,9 +590,8 @@ fn downtime_is_one_missed_record_and_a_running_run_is_not_overlapped() {
     assert!(n >= 3590, "{}", missed[0]["outcome"]);
 }
 
-#[test]
-fn a_crash_between_recording_a_fire_and_submitting_it_still_gives_one_plan() {
-    let env = TestEnv::new("");
+fn a_crash_between_recording_a_fire_and_submitting_it_still_gives_one_plan(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let mut daemon = env
         .try_start(&[("FLYTO_TEST_CRASH_AT", "job-before-submit")])
         .unwrap();
@@ -595,9 +627,8 @@ fn a_crash_between_recording_a_fire_and_submitting_it_still_gives_one_plan() {
     assert_eq!(unique, instants);
 }
 
-#[test]
-fn bad_job_input_gets_a_clear_error() {
-    let env = TestEnv::new("");
+fn bad_job_input_gets_a_clear_error(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let _daemon = env.start();
     let bad_plan = env.work.join("bad.toml");
     std::fs::create_dir_all(&env.work).unwrap();
@@ -685,9 +716,8 @@ fn bad_job_input_gets_a_clear_error() {
     );
 }
 
-#[test]
-fn failures_in_a_row_expiry_and_a_one_shot_each_stop_the_job_saying_why() {
-    let env = TestEnv::new("");
+fn failures_in_a_row_expiry_and_a_one_shot_each_stop_the_job_saying_why(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let _daemon = env.start();
     let failing = plan_file(&env, "fails", "false");
     let ok = plan_file(&env, "ok", "true");
@@ -775,16 +805,8 @@ fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
         let f = fires(&env, &id);
         f.iter().all(|f| f["outcome"] != "firing").then_some(f)
     });
-    let mut instants: Vec<&str> = f
-        .iter()
-        .filter(|f| f["manual"] == false)
-        .map(|f| f["instant"].as_str().unwrap())
-        .collect();
-    let n = instants.len();
-    instants.sort_unstable();
-    instants.dedup();
-    assert_eq!(instants.len(), n, "an instant was recorded twice");
-    // Every plan the job made belongs to one fire, and no fire has two.
+    let (n, fired) = distinct_fires(&f);
+    // Every plan the job made belongs to one fire.
     let plans = json(&env, &["plan_list", "--limit", "10000"]);
     let job_plans: Vec<String> = plans
         .as_array()
@@ -793,14 +815,6 @@ fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
         .filter(|p| p["name"] == format!("job {id}").as_str())
         .map(|p| p["id"].as_str().unwrap().to_string())
         .collect();
-    let mut fired: Vec<String> = f
-        .iter()
-        .filter_map(|f| f["plan"].as_str().map(str::to_string))
-        .collect();
-    fired.sort();
-    let before = fired.len();
-    fired.dedup();
-    assert_eq!(fired.len(), before, "two fires name one plan");
     assert!(job_plans.len() >= 50, "{} plans", job_plans.len());
     for p in &job_plans {
         assert!(fired.contains(p), "plan {p} belongs to no fire: {f:?}");
@@ -808,9 +822,8 @@ fn fifty_sigkills_around_fires_never_give_an_instant_two_plans() {
     assert!(n >= 50, "{n} fires");
 }
 
-#[test]
-fn editing_a_job_or_reloading_as_it_fires_still_gives_each_instant_one_plan() {
-    let env = TestEnv::new("");
+fn editing_a_job_or_reloading_as_it_fires_still_gives_each_instant_one_plan(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let daemon = env.start();
     let a = plan_file(&env, "a", "echo a");
     let b = plan_file(&env, "b", "echo b");
@@ -834,23 +847,12 @@ fn editing_a_job_or_reloading_as_it_fires_still_gives_each_instant_one_plan() {
         // A reload as well, right at the fire: it must not re-fire it.
         daemon.signal(libc::SIGHUP);
     }
-    let f = fires(&env, &id);
-    let mut instants: Vec<&str> = f.iter().map(|f| f["instant"].as_str().unwrap()).collect();
-    let n = instants.len();
-    instants.sort_unstable();
-    instants.dedup();
-    assert_eq!(instants.len(), n, "an instant fired twice: {f:?}");
-    let mut plans: Vec<&str> = f.iter().filter_map(|f| f["plan"].as_str()).collect();
-    let m = plans.len();
-    plans.sort_unstable();
-    plans.dedup();
-    assert_eq!(plans.len(), m, "two fires share a plan: {f:?}");
+    let (n, _) = distinct_fires(&fires(&env, &id));
     assert!(n >= 10);
 }
 
-#[test]
-fn jitter_is_a_fixed_offset_of_at_most_the_value_given() {
-    let env = TestEnv::new("");
+fn jitter_is_a_fixed_offset_of_at_most_the_value_given(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let _daemon = env.start();
     let plan = plan_file(&env, "j", "true");
     let mut offsets = Vec::new();
@@ -877,9 +879,8 @@ fn jitter_is_a_fixed_offset_of_at_most_the_value_given() {
     assert!(offsets.len() > 1, "{offsets:?}");
 }
 
-#[test]
-fn a_client_cannot_borrow_a_jobs_idempotency_key() {
-    let env = TestEnv::new("");
+fn a_client_cannot_borrow_a_jobs_idempotency_key(backend: Backend) {
+    let env = TestEnv::on(backend, "");
     let _daemon = env.start();
     let mut client = env.client();
     let err = client

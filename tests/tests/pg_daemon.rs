@@ -143,26 +143,92 @@ fn two_daemons_on_one_database_answer_for_each_other_and_run_each_step_once() {
         agent.stderr
     );
     assert_eq!(stats(&b).plans_succeeded + stats(&b).plans_pending, 13);
-    // Jobs are refused rather than fired uncounted; job_next still works.
-    let plan = a.tmp.path().join("job.toml");
-    std::fs::write(&plan, "[[steps]]\nid = \"s\"\nrun = \"true\"\n").unwrap();
-    let job = a.ctl(&[
-        "job_create",
-        "--schedule",
-        "every 1s",
-        "--plan",
-        plan.to_str().unwrap(),
-    ]);
-    assert_ne!(job.code, 0, "{job:?}");
-    assert!(
-        job.stderr
-            .contains("jobs do not run on the shared store yet")
-            && job.stderr.contains("backend = \"sled\""),
-        "{}",
-        job.stderr
-    );
     let next = a.ctl(&["job_next", "@daily", "--tz", "UTC"]);
     assert_eq!(next.code, 0, "{next:?}");
+}
+
+fn job_json(env: &TestEnv, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = env.ctl(&all);
+    assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn job_fires(env: &TestEnv, id: &str) -> Vec<serde_json::Value> {
+    job_json(env, &["job_show", id])["fires"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn a_job_fires_once_per_instant_across_nodes_and_goes_on_when_one_dies() {
+    let pg = TestPostgres::start();
+    let (a, b) = two_nodes(&pg, "jobs");
+    let da = a.start();
+    let _db = b.start();
+    let plan = a.tmp.path().join("job.toml");
+    std::fs::write(&plan, "[[steps]]\nid = \"s\"\nrun = \"true\"\n").unwrap();
+    let created = job_json(
+        &a,
+        &[
+            "job_create",
+            "--schedule",
+            "every 1s",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--name",
+            "tick",
+        ],
+    );
+    let id = created["id"].as_str().unwrap().to_string();
+    // Created on one node, the other lists it and shows its fires.
+    flyto_tests::wait_until("b to list the job", flyto_tests::DEADLINE, || {
+        let list = job_json(&b, &["job_list"]);
+        (list["jobs"][0]["name"] == "tick").then_some(())
+    });
+    flyto_tests::wait_until("six submitted fires", flyto_tests::DEADLINE, || {
+        let f = job_fires(&b, &id);
+        let done = f
+            .iter()
+            .filter(|f| f["outcome"].as_str().unwrap().starts_with("submitted"))
+            .count();
+        (done >= 6).then_some(())
+    });
+    // Paused on one node, it is paused on both.
+    job_json(&b, &["job_pause", "tick"]);
+    flyto_tests::wait_until("a to see the pause", flyto_tests::DEADLINE, || {
+        (job_json(&a, &["job_show", &id])["job"]["state"] == "paused").then_some(())
+    });
+    let paused = job_fires(&a, &id).len();
+    job_json(&a, &["job_resume", "tick"]);
+    // One node dies: the other goes on firing it alone.
+    da.kill9();
+    flyto_tests::wait_until("fires after a's death", flyto_tests::DEADLINE, || {
+        let f = job_fires(&b, &id);
+        let after = f[paused..]
+            .iter()
+            .filter(|f| f["outcome"].as_str().unwrap().starts_with("submitted"))
+            .count();
+        (after >= 3).then_some(())
+    });
+    let fires = job_fires(&b, &id);
+    let (n, plans) = super::jobs::distinct_fires(&fires);
+    assert!(n >= 9, "{n} fires");
+    // Every plan the job made belongs to one fire.
+    let list = b.ctl(&["plan_list", "--limit", "10000", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    for p in list.as_array().unwrap() {
+        if p["name"] == "job j1" || p["name"] == "tick" {
+            let pid = p["id"].as_str().unwrap();
+            assert!(plans.iter().any(|q| q == pid), "{pid} has no fire");
+        }
+    }
+    // Deleted on the survivor, it is gone.
+    job_json(&b, &["job_delete", "tick"]);
+    let out = b.ctl(&["job_show", &id]);
+    assert_ne!(out.code, 0, "{out:?}");
 }
 
 #[test]
@@ -462,14 +528,22 @@ fn a_node_with_plans_in_its_own_store_says_which_store_is_in_use() {
     let daemon = env.start();
     let id = env.submit(TestEnv::run_plan("true"));
     env.wait_plan(&id, "finished", |p| p.state.is_terminal());
+    let job = env.ctl(&["job_create", "--schedule", "@daily", "--prompt", "report"]);
+    assert_eq!(job.code, 0, "{job:?}");
     assert!(daemon.terminate().success());
     env.write_config(&node_config(&pg, "both"));
     let daemon = env.start();
     let log = daemon.log();
     assert!(
-        log.contains("plans are on the shared store at 127.0.0.1:"),
+        log.contains("plans and jobs are on the shared store at 127.0.0.1:"),
         "{log}"
     );
+    assert!(
+        log.contains("holds 1 jobs that the shared store does not have"),
+        "{log}"
+    );
+    let jobs = env.ctl(&["job_list"]);
+    assert!(!jobs.stdout.contains("report"), "{jobs:?}");
     assert!(
         log.contains("holds 1 plans (0 pending or running) that the shared store does not have")
             && log.contains("backend = \"sled\""),

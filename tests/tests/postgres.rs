@@ -7,10 +7,16 @@
 //! cron instant with one winner.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use flyto_actors::plans::jobs::{
+    FireOutcome, FireRecord, JobRecord, JobStore, Mode, PendingNotify, Template,
+};
+use flyto_actors::plans::shared_jobs::{JOBS_CHANNEL, SharedJobStore};
 use flyto_actors::store::postgres::claims::{self, StepRow};
-use flyto_actors::store::postgres::{LATEST, PgError, Shared, fires, migrate};
+use flyto_actors::store::postgres::listen::Listener;
+use flyto_actors::store::postgres::{LATEST, PgError, Shared, migrate};
 use flyto_tests::pg::{TestPostgres, expire_leases, fresh, runtime};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 async fn count(shared: &Shared, sql: &str) -> i64 {
     shared
@@ -304,26 +310,73 @@ fn a_step_out_of_attempts_fails_with_lease_lost() {
     });
 }
 
+fn job(id: u64) -> JobRecord {
+    JobRecord {
+        id,
+        name: Some(format!("job-{id}")),
+        schedule: "every 1m".into(),
+        tz: "UTC".into(),
+        template: Template::Prompt("hello".into()),
+        mode: Mode::Isolated,
+        workdir: None,
+        timeout_secs: None,
+        notify: None,
+        enabled: true,
+        expires_ms: None,
+        max_consecutive_failures: 5,
+        jitter_secs: 0,
+        created_ms: 1_800_000_000_000,
+        updated_ms: 1_800_000_000_000,
+        handled_ms: None,
+        consecutive_failures: 0,
+        stopped: None,
+    }
+}
+
+fn fire(job: u64, instant_ms: u64) -> FireRecord {
+    FireRecord {
+        job,
+        instant_ms,
+        at_ms: instant_ms,
+        manual: false,
+        outcome: FireOutcome::Firing,
+        plan: None,
+        attempt: 0,
+    }
+}
+
+/// Three nodes' job stores on one database.
+fn job_stores(shared: &Shared) -> Vec<SharedJobStore> {
+    let listener = Arc::new(Listener::start(
+        shared,
+        &[JOBS_CHANNEL],
+        std::time::Duration::from_secs(2),
+    ));
+    (0..3)
+        .map(|n| SharedJobStore {
+            shared: shared.clone(),
+            node: format!("node-{n}"),
+            listener: listener.clone(),
+        })
+        .collect()
+}
+
 #[test]
 fn three_nodes_racing_one_cron_instant_record_one_fire() {
     let pg = TestPostgres::start();
     runtime().block_on(async {
         let shared = fresh(&pg, "j").await;
-        for instant in 0..20_i64 {
+        let stores = job_stores(&shared);
+        stores[0].put(&job(7)).await.unwrap();
+        for instant in 0..20_u64 {
+            let at = 1_800_000_000_000 + instant * 60_000;
             let mut tasks = Vec::new();
-            for n in 0..3 {
-                let shared = shared.clone();
+            for store in &stores {
+                let store = store.clone();
                 tasks.push(tokio::spawn(async move {
-                    fires::record_fire(
-                        &shared,
-                        7,
-                        1_800_000_000_000 + instant * 60_000,
-                        false,
-                        0,
-                        &format!("node-{n}"),
-                    )
-                    .await
-                    .unwrap()
+                    let mut rec = job(7);
+                    rec.handled_ms = Some(at);
+                    store.claim_fire(&fire(7, at), &rec).await.unwrap()
                 }));
             }
             let mut winners = 0;
@@ -336,6 +389,109 @@ fn three_nodes_racing_one_cron_instant_record_one_fire() {
             count(&shared, "SELECT count(*) FROM flyto_job_fires").await,
             20
         );
+        // The job's handled instant is the last one, whoever fired it.
+        let rec = stores[2].get(7).await.unwrap().unwrap();
+        assert_eq!(rec.handled_ms, Some(1_800_000_000_000 + 19 * 60_000));
+        // A fire of a job deleted meanwhile is not recorded.
+        stores[1].delete(7).await.unwrap();
+        assert!(!stores[0].claim_fire(&fire(7, 1), &job(7)).await.unwrap());
+    });
+}
+
+#[test]
+fn a_plans_end_is_counted_by_one_node_and_an_edit_survives_a_fire() {
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "count").await;
+        let stores = job_stores(&shared);
+        let mut rec = job(3);
+        rec.notify = Some("telegram".into());
+        stores[0].put(&rec).await.unwrap();
+        let owed = PendingNotify {
+            key: "notify/job j3 at 1".into(),
+            target: "telegram".into(),
+            text: "done".into(),
+        };
+        let mut tasks = Vec::new();
+        for store in &stores {
+            let (store, owed) = (store.clone(), owed.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut counted = job(3);
+                counted.consecutive_failures = 1;
+                store
+                    .put_accounted(&counted, "p9", Some(&owed))
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut winners = 0;
+        for t in tasks {
+            winners += usize::from(t.await.unwrap());
+        }
+        assert_eq!(winners, 1);
+        assert_eq!(
+            stores[1]
+                .get(3)
+                .await
+                .unwrap()
+                .unwrap()
+                .consecutive_failures,
+            1
+        );
+        // Owed once. While its node heartbeats, nobody takes it over; once
+        // it stops, one live node does, once.
+        assert_eq!(
+            count(&shared, "SELECT count(*) FROM flyto_job_notifies").await,
+            1
+        );
+        for store in &stores {
+            claims::register_node(&shared, &store.node, "here", 1)
+                .await
+                .unwrap();
+        }
+        for store in &stores {
+            assert!(store.pending_notifies().await.unwrap().is_empty());
+        }
+        shared
+            .client()
+            .await
+            .unwrap()
+            .execute(
+                "UPDATE flyto_nodes SET heartbeat_at = now() - interval '1 hour'
+                 WHERE id = (SELECT owner FROM flyto_job_notifies)",
+                &[],
+            )
+            .await
+            .unwrap();
+        let mut taken = 0;
+        for store in &stores {
+            taken += store.pending_notifies().await.unwrap().len();
+        }
+        assert_eq!(taken, 1);
+
+        // An edit on one node, then a fire on another that holds the job
+        // as it was: the edit stays, and so does the fire's instant.
+        let mut edited = job(3);
+        edited.name = Some("renamed".into());
+        edited.schedule = "every 5m".into();
+        stores[0].put(&edited).await.unwrap();
+        let mut stale = job(3);
+        stale.handled_ms = Some(1_800_000_060_000);
+        assert!(
+            stores[2]
+                .claim_fire(&fire(3, 1_800_000_060_000), &stale)
+                .await
+                .unwrap()
+        );
+        let now = stores[1].get(3).await.unwrap().unwrap();
+        assert_eq!(now.name.as_deref(), Some("renamed"));
+        assert_eq!(now.schedule, "every 5m");
+        assert_eq!(now.handled_ms, Some(1_800_000_060_000));
+        // A name another job has is a conflict, not a second job.
+        let mut twin = job(4);
+        twin.name = Some("renamed".into());
+        let err = stores[1].put(&twin).await.unwrap_err();
+        assert_eq!(err.code, flyto_protocol::ErrorCode::Conflict, "{err}");
     });
 }
 

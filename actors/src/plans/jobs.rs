@@ -1,13 +1,16 @@
 //! jobs: a job is a schedule that submits plans through the one execution
-//! path (the scheduler's `Submit`). This module holds the records and their
-//! storage (sled tree `jobs`, through the store's group commit): `j<id>` a
-//! job, `f<id><instant>` a fire. A fire is keyed by (job, scheduled instant
+//! path (the scheduler's `Submit`). This module holds the records, the
+//! [`JobStore`] trait every backend implements and its sled side (tree
+//! `jobs`, through the store's group commit): `j<id>` a job,
+//! `f<id><instant>` a fire. A fire is keyed by (job, scheduled instant
 //! in UTC) and written durably before its plan is submitted; the plan's
 //! idempotency key is derived from it, so a crash anywhere between the two
 //! resubmits the same plan under the same key and the scheduler answers
 //! the plan it already has: one plan per instant.
 
-use crate::store::{AfterSync, Batch, Store, StoreError, decode_record, encode_record};
+use super::{AnswerFut, Reject};
+use crate::store::postgres::listen::Wake;
+use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
 use flyto_protocol::PlanSpec;
 use serde::{Deserialize, Serialize};
 
@@ -137,6 +140,28 @@ fn migrate_fire(version: u32, body: &[u8]) -> Result<FireRecord, String> {
     }
 }
 
+/// A job record as any backend stores it.
+pub fn decode_job(key: impl std::fmt::Display, bytes: &[u8]) -> Result<JobRecord, StoreError> {
+    decode_record(key, bytes, JOB_FORMAT_VERSION, |v, _| {
+        Err(format!("job record format {v} is not known"))
+    })
+}
+
+/// A fire record as any backend stores it, older formats included.
+pub fn decode_fire(key: impl std::fmt::Display, bytes: &[u8]) -> Result<FireRecord, StoreError> {
+    decode_record(key, bytes, FIRE_FORMAT_VERSION, migrate_fire)
+}
+
+/// An owed notification as any backend stores it.
+pub fn decode_notify(
+    key: impl std::fmt::Display,
+    bytes: &[u8],
+) -> Result<PendingNotify, StoreError> {
+    decode_record(key, bytes, NOTIFY_FORMAT_VERSION, |v, _| {
+        Err(format!("notification record format {v} is not known"))
+    })
+}
+
 pub fn format_id(id: u64) -> String {
     format!("j{id}")
 }
@@ -192,7 +217,7 @@ fn tagged_key(tag: u8, job: u64) -> Vec<u8> {
     k
 }
 
-const NOTIFY_FORMAT_VERSION: u32 = 1;
+pub const NOTIFY_FORMAT_VERSION: u32 = 1;
 
 /// A run's result owed to a chat: sent through the channels' outbox under
 /// `key`, which makes a second send of it a no-op.
@@ -220,19 +245,108 @@ fn fire_key_bytes(job: u64, instant_ms: u64, manual: bool, attempt: u32) -> Vec<
     k
 }
 
+/// What the jobs actor knows of a job when it (re)loads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSnapshot {
+    pub rec: JobRecord,
+    /// The latest fire that submitted a plan.
+    pub last_submitted: Option<FireRecord>,
+    /// The latest fire of any outcome.
+    pub last: Option<FireRecord>,
+    /// The plan whose end was counted last.
+    pub counted: Option<String>,
+    /// Fires recorded but not (yet) submitted.
+    pub firing: Vec<FireRecord>,
+}
+
+impl JobSnapshot {
+    /// From a job's fires, oldest first.
+    pub fn of(rec: JobRecord, fires: Vec<FireRecord>, counted: Option<String>) -> JobSnapshot {
+        let last_submitted = fires
+            .iter()
+            .rev()
+            .find(|f| matches!(f.outcome, FireOutcome::Submitted { .. }))
+            .cloned();
+        let last = fires.last().cloned();
+        let firing = fires
+            .into_iter()
+            .filter(|f| f.outcome == FireOutcome::Firing)
+            .collect();
+        JobSnapshot {
+            rec,
+            last_submitted,
+            last,
+            counted,
+            firing,
+        }
+    }
+}
+
+/// Where jobs, their fires and what their ends owe are kept: this node's
+/// sled store ([`SledJobStore`]) or the shared database. Several nodes may
+/// evaluate the same schedules, so a fire is *claimed*: only the node
+/// whose claim wins submits it, and a plan's end is counted once.
+pub trait JobStore: Send + Sync + 'static {
+    /// The id a new job gets.
+    fn next_id(&self) -> AnswerFut<'_, u64>;
+    /// A new or edited job.
+    fn put<'a>(&'a self, job: &'a JobRecord) -> AnswerFut<'a, ()>;
+    /// The job, its fires and what it owes go together.
+    fn delete(&self, id: u64) -> AnswerFut<'_, ()>;
+    fn get(&self, id: u64) -> AnswerFut<'_, Option<JobRecord>>;
+    /// Every job, with what the actor needs of its fires.
+    fn snapshot(&self) -> AnswerFut<'_, Vec<JobSnapshot>>;
+    /// Records a new fire and the job's state after it, in one atomic
+    /// write. `false`: this fire was recorded already (by another node)
+    /// or the job is gone; nothing was written and it must not be
+    /// submitted here.
+    fn claim_fire<'a>(&'a self, fire: &'a FireRecord, job: &'a JobRecord) -> AnswerFut<'a, bool>;
+    /// How a claimed fire's submission ended.
+    fn fire_outcome<'a>(&'a self, fire: &'a FireRecord) -> AnswerFut<'a, ()>;
+    /// A job's fires, oldest first.
+    fn fires(&self, job: u64) -> AnswerFut<'_, Vec<FireRecord>>;
+    /// The job after its plan's end was counted, the plan it was, and the
+    /// notification that end owes (if the job has `notify`), in one write:
+    /// a restart neither counts a plan twice nor forgets what it owes.
+    /// `false`: that plan's end was counted already (by another node).
+    fn put_accounted<'a>(
+        &'a self,
+        job: &'a JobRecord,
+        plan: &'a str,
+        notify: Option<&'a PendingNotify>,
+    ) -> AnswerFut<'a, bool>;
+    /// Notifications owed that nobody alive is delivering.
+    fn pending_notifies(&self) -> AnswerFut<'_, Vec<(u64, PendingNotify)>>;
+    /// The notification is in the channels' outbox (or was refused).
+    fn notified<'a>(&'a self, id: u64, key: &'a str) -> AnswerFut<'a, ()>;
+    /// Waits until everything written so far is durable.
+    fn synced(&self) -> AnswerFut<'_, ()>;
+    /// Wake-ups when other nodes change jobs; `None` when this node is the
+    /// only writer.
+    fn changes(&self) -> Option<Wake>;
+}
+
+fn internal(e: StoreError) -> Reject {
+    Reject::internal(e)
+}
+
+/// Jobs in this node's sled store (tree `jobs`): `j<id>` a job,
+/// `f<id><instant>` a fire, `c<id>` the plan counted last, `o<id>` a
+/// notification owed. The only writer is this node's actor, so every
+/// claim wins.
 #[derive(Clone)]
-pub struct JobStore {
+pub struct SledJobStore {
     store: Store,
     tree: sled::Tree,
 }
 
-impl JobStore {
-    pub fn open(store: Store) -> Result<JobStore, StoreError> {
+impl SledJobStore {
+    pub fn open(store: Store) -> Result<SledJobStore, StoreError> {
         let tree = store.tree("jobs")?;
-        Ok(JobStore { store, tree })
+        Ok(SledJobStore { store, tree })
     }
 
-    pub fn next_id(&self) -> Result<u64, StoreError> {
+    fn read_next_id(&self) -> Result<u64, StoreError> {
         Ok(self
             .store
             .get(&self.tree, b"n")?
@@ -240,17 +354,16 @@ impl JobStore {
             .unwrap_or(1))
     }
 
-    pub fn put(&self, job: &JobRecord) -> Result<(), StoreError> {
+    fn write(&self, job: &JobRecord) -> Result<(), StoreError> {
         let mut b = Batch::new();
         b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
-        if self.next_id()? <= job.id {
+        if self.read_next_id()? <= job.id {
             b.insert(&b"n"[..], (job.id + 1).to_be_bytes());
         }
         self.store.apply(&self.tree, &b)
     }
 
-    /// The job and its fires go together.
-    pub fn delete(&self, id: u64) -> Result<(), StoreError> {
+    fn remove(&self, id: u64) -> Result<(), StoreError> {
         let mut b = Batch::new();
         b.remove(job_key(id));
         b.remove(tagged_key(b'c', id));
@@ -261,60 +374,46 @@ impl JobStore {
         self.store.apply(&self.tree, &b)
     }
 
-    pub fn get(&self, id: u64) -> Result<Option<JobRecord>, StoreError> {
+    fn read(&self, id: u64) -> Result<Option<JobRecord>, StoreError> {
         match self.store.get(&self.tree, &job_key(id))? {
-            Some(bytes) => decode_record(format_id(id), &bytes, JOB_FORMAT_VERSION, |v, _| {
-                Err(format!("job record format {v} is not known"))
-            })
-            .map(Some),
+            Some(bytes) => decode_job(format_id(id), &bytes).map(Some),
             None => Ok(None),
         }
     }
 
+    /// Every job, in id order.
     pub fn all(&self) -> Result<Vec<JobRecord>, StoreError> {
         let mut out = Vec::new();
         for entry in self.store.scan_prefix(&self.tree, b"j", false) {
             let (k, v) = entry?;
-            out.push(decode_record(
-                String::from_utf8_lossy(&k),
-                &v,
-                JOB_FORMAT_VERSION,
-                |ver, _| Err(format!("job record format {ver} is not known")),
-            )?);
+            out.push(decode_job(String::from_utf8_lossy(&k), &v)?);
         }
         Ok(out)
     }
 
-    /// A fire and the job's new state, in one atomic write.
-    pub fn put_fire(&self, fire: &FireRecord, job: &JobRecord) -> Result<(), StoreError> {
+    fn write_fire(&self, fire: &FireRecord, job: Option<&JobRecord>) -> Result<(), StoreError> {
         let mut b = Batch::new();
         b.insert(
             fire_key_bytes(fire.job, fire.instant_ms, fire.manual, fire.attempt),
             encode_record(FIRE_FORMAT_VERSION, fire),
         );
-        b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
+        if let Some(job) = job {
+            b.insert(job_key(job.id), encode_record(JOB_FORMAT_VERSION, job));
+        }
         self.store.apply(&self.tree, &b)
     }
 
     /// A job's fires, oldest first.
-    pub fn fires(&self, job: u64) -> Result<Vec<FireRecord>, StoreError> {
+    pub fn read_fires(&self, job: u64) -> Result<Vec<FireRecord>, StoreError> {
         let mut out = Vec::new();
         for entry in self.store.scan_prefix(&self.tree, &fire_prefix(job), false) {
             let (k, v) = entry?;
-            out.push(decode_record(
-                String::from_utf8_lossy(&k),
-                &v,
-                FIRE_FORMAT_VERSION,
-                migrate_fire,
-            )?);
+            out.push(decode_fire(String::from_utf8_lossy(&k), &v)?);
         }
         Ok(out)
     }
 
-    /// The job after its plan's end was counted, the plan it was, and the
-    /// notification that end owes (if the job has `notify`), in one write:
-    /// a restart neither counts a plan twice nor forgets what it owes.
-    pub fn put_accounted(
+    fn write_accounted(
         &self,
         job: &JobRecord,
         plan: &str,
@@ -340,8 +439,7 @@ impl JobStore {
             .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
-    /// Notifications owed, by job.
-    pub fn pending_notifies(&self) -> Result<Vec<(u64, PendingNotify)>, StoreError> {
+    fn read_notifies(&self) -> Result<Vec<(u64, PendingNotify)>, StoreError> {
         let mut out = Vec::new();
         for entry in self.store.scan_prefix(&self.tree, b"o", false) {
             let (k, v) = entry?;
@@ -352,21 +450,15 @@ impl JobStore {
             else {
                 continue;
             };
-            let n = decode_record(
-                String::from_utf8_lossy(&k),
-                &v,
-                NOTIFY_FORMAT_VERSION,
-                |ver, _| Err(format!("notification record format {ver} is not known")),
-            )?;
+            let n = decode_notify(String::from_utf8_lossy(&k), &v)?;
             out.push((id, n));
         }
         Ok(out)
     }
 
-    /// The notification is in the channels' outbox (or was refused).
-    pub fn notified(&self, id: u64, key: &str) -> Result<(), StoreError> {
+    fn remove_notify(&self, id: u64, key: &str) -> Result<(), StoreError> {
         let still = self
-            .pending_notifies()?
+            .read_notifies()?
             .into_iter()
             .any(|(j, n)| j == id && n.key == key);
         if !still {
@@ -377,13 +469,69 @@ impl JobStore {
         self.store.apply(&self.tree, &b)
     }
 
-    pub fn after_sync(&self, then: AfterSync) {
-        self.store.after_sync(then);
+    fn read_snapshot(&self) -> Result<Vec<JobSnapshot>, StoreError> {
+        let mut out = Vec::new();
+        for rec in self.all()? {
+            let fires = self.read_fires(rec.id)?;
+            let counted = self.counted(rec.id)?;
+            out.push(JobSnapshot::of(rec, fires, counted));
+        }
+        Ok(out)
     }
+}
 
-    /// Waits until everything written so far is durable.
-    pub async fn synced(&self) -> Result<(), String> {
-        self.store.synced().await
+impl JobStore for SledJobStore {
+    fn next_id(&self) -> AnswerFut<'_, u64> {
+        Box::pin(async move { self.read_next_id().map_err(internal) })
+    }
+    fn put<'a>(&'a self, job: &'a JobRecord) -> AnswerFut<'a, ()> {
+        Box::pin(async move { self.write(job).map_err(internal) })
+    }
+    fn delete(&self, id: u64) -> AnswerFut<'_, ()> {
+        Box::pin(async move { self.remove(id).map_err(internal) })
+    }
+    fn get(&self, id: u64) -> AnswerFut<'_, Option<JobRecord>> {
+        Box::pin(async move { self.read(id).map_err(internal) })
+    }
+    fn snapshot(&self) -> AnswerFut<'_, Vec<JobSnapshot>> {
+        Box::pin(async move { self.read_snapshot().map_err(internal) })
+    }
+    fn claim_fire<'a>(&'a self, fire: &'a FireRecord, job: &'a JobRecord) -> AnswerFut<'a, bool> {
+        Box::pin(async move {
+            self.write_fire(fire, Some(job))
+                .map(|()| true)
+                .map_err(internal)
+        })
+    }
+    fn fire_outcome<'a>(&'a self, fire: &'a FireRecord) -> AnswerFut<'a, ()> {
+        Box::pin(async move { self.write_fire(fire, None).map_err(internal) })
+    }
+    fn fires(&self, job: u64) -> AnswerFut<'_, Vec<FireRecord>> {
+        Box::pin(async move { self.read_fires(job).map_err(internal) })
+    }
+    fn put_accounted<'a>(
+        &'a self,
+        job: &'a JobRecord,
+        plan: &'a str,
+        notify: Option<&'a PendingNotify>,
+    ) -> AnswerFut<'a, bool> {
+        Box::pin(async move {
+            self.write_accounted(job, plan, notify)
+                .map(|()| true)
+                .map_err(internal)
+        })
+    }
+    fn pending_notifies(&self) -> AnswerFut<'_, Vec<(u64, PendingNotify)>> {
+        Box::pin(async move { self.read_notifies().map_err(internal) })
+    }
+    fn notified<'a>(&'a self, id: u64, key: &'a str) -> AnswerFut<'a, ()> {
+        Box::pin(async move { self.remove_notify(id, key).map_err(internal) })
+    }
+    fn synced(&self) -> AnswerFut<'_, ()> {
+        Box::pin(async move { self.store.synced().await.map_err(Reject::internal) })
+    }
+    fn changes(&self) -> Option<Wake> {
+        None
     }
 }
 

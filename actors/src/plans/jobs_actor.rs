@@ -11,10 +11,10 @@
 //! job's previous plan is still pending or running is `skipped`.
 
 use super::jobs::{
-    FireOutcome, FireRecord, JobRecord, JobStore, Mode, PendingNotify, Template, fire_key,
-    format_id, parse_id, plan_of,
+    FireOutcome, FireRecord, JobRecord, JobSnapshot, JobStore, Mode, PendingNotify, Template,
+    fire_key, format_id, parse_id, plan_of,
 };
-use super::reader::PlanReader;
+use super::reader::PlanLookup;
 use super::schedule::{Schedule, machine_zone};
 use super::{Reject, SCHEDULER_NAME, SchedulerMsg};
 use crate::clock::Clock;
@@ -31,6 +31,8 @@ pub const WAKE_AT_LEAST: Duration = Duration::from_secs(30);
 /// A due instant older than this when the actor gets to it is missed.
 pub const LATE: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_FAILURES: u32 = 5;
+/// How soon a fire the store could not record is tried again.
+const AGAIN: Duration = Duration::from_secs(2);
 
 fn utc(ms: u64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms as i64).unwrap_or_default()
@@ -78,6 +80,8 @@ pub enum JobsMsg {
     /// The wall clock was set: the pending tick was computed from the old
     /// time, so look now.
     ClockSet,
+    /// Another node may have changed jobs: read them again.
+    Refresh,
     Create {
         spec: Box<JobSpec>,
         reply: RpcReplyPort<Result<(JobView, Vec<String>), Reject>>,
@@ -117,8 +121,8 @@ pub enum JobsMsg {
 }
 
 pub struct JobsArgs {
-    pub store: JobStore,
-    pub reader: PlanReader,
+    pub store: Arc<dyn JobStore>,
+    pub reader: Arc<dyn PlanLookup>,
     pub clock: Arc<dyn Clock>,
     /// Waits before the retries of a run that failed transiently.
     pub retry_backoff: Vec<Duration>,
@@ -150,14 +154,16 @@ fn transient(view: &flyto_protocol::PlanView) -> bool {
 }
 
 pub struct JobsState {
-    store: JobStore,
-    reader: PlanReader,
+    store: Arc<dyn JobStore>,
+    reader: Arc<dyn PlanLookup>,
     clock: Arc<dyn Clock>,
     jobs: HashMap<u64, Live>,
     /// (fire time with jitter, job): the earliest first.
     due: BTreeSet<(u64, u64)>,
     /// (when, job): retries of transiently failed runs.
     retries: BTreeSet<(u64, u64)>,
+    /// (when, job, instant): fires the store could not record, tried again.
+    again: BTreeSet<(u64, u64, u64)>,
     retry_backoff: Vec<Duration>,
     generation: u64,
     /// When the pending tick comes (monotonic).
@@ -167,6 +173,8 @@ pub struct JobsState {
     unsettled: BTreeSet<u64>,
     /// Forwards the clock's jumps to the mailbox; ends with the actor.
     jump_watch: Option<tokio::task::JoinHandle<()>>,
+    /// Forwards other nodes' changes to the mailbox; ends with the actor.
+    change_watch: Option<tokio::task::JoinHandle<()>>,
     /// Run results owed to chats, to hand to the channels room.
     owed: Vec<(u64, PendingNotify)>,
     /// Owed results the channels room could not take yet.
@@ -297,6 +305,7 @@ impl JobsState {
             .into_iter()
             .flatten()
             .map(|(at, _)| *at)
+            .chain(self.again.first().map(|(at, _, _)| *at))
             .min();
         // A run whose end is not counted yet is looked at every second, so
         // a failure (and its retry) is noticed soon.
@@ -331,15 +340,17 @@ impl JobsState {
         }
     }
 
-    fn save(&self, id: u64) -> Result<(), Reject> {
+    async fn save(&self, id: u64) -> Result<(), Reject> {
         match self.jobs.get(&id) {
-            Some(l) => self.store.put(&l.rec).map_err(Reject::internal),
+            Some(l) => self.store.put(&l.rec).await,
             None => Ok(()),
         }
     }
 
-    /// Counts how the job's last plan ended, once it has.
-    fn account(&mut self, id: u64) {
+    /// Counts how the job's last plan ended, once it has. Where several
+    /// nodes watch the same plan, the store lets one of them count it;
+    /// that one retries and notifies.
+    async fn account(&mut self, id: u64) {
         let Some(l) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -347,20 +358,25 @@ impl JobsState {
             self.unsettled.remove(&id);
             return;
         };
-        let Ok(view) = self.reader.status(&plan) else {
-            // Removed (plan_remove): nothing to count.
-            l.last_plan = Some((plan, true));
-            self.unsettled.remove(&id);
-            return;
+        let view = match self.reader.status(&plan).await {
+            Ok(view) => view,
+            Err(r) if r.code == ErrorCode::NotFound => {
+                // Removed (plan_remove): nothing to count.
+                l.last_plan = Some((plan, true));
+                self.unsettled.remove(&id);
+                return;
+            }
+            // The plans cannot be read now: counted at a later tick.
+            Err(_) => return,
         };
         let failed = match view.state {
             PlanState::Succeeded => false,
             PlanState::Failed | PlanState::Cancelled => true,
             _ => return,
         };
-        l.last_plan = Some((plan.clone(), true));
-        self.unsettled.remove(&id);
-        l.last_outcome = Some(format!("{plan} {}", state_word(view.state)));
+        let mut rec = l.rec.clone();
+        let mut outcome = format!("{plan} {}", state_word(view.state));
+        let mut retry = None;
         let now = self.clock.now_ms();
         let (instant, attempt) = l.last_fire.unwrap_or((now, 0));
         let wait = self.retry_backoff.get(attempt as usize).copied();
@@ -369,43 +385,62 @@ impl JobsState {
         let before_next = retry_at.is_some_and(|at| l.next.is_none_or(|n| at < n));
         if failed && view.state == PlanState::Failed && transient(&view) && before_next {
             if let Some(at) = retry_at {
-                l.retry = Some((at, instant, attempt + 1));
-                l.last_outcome = Some(format!(
+                retry = Some((at, instant, attempt + 1));
+                outcome = format!(
                     "{plan} failed transiently; retry {} at {}",
                     attempt + 1,
                     utc(at).to_rfc3339()
-                ));
-                self.retries.insert((at, id));
+                );
             }
         } else if failed {
-            l.rec.consecutive_failures += 1;
-            if l.rec.consecutive_failures >= l.rec.max_consecutive_failures.max(1) {
-                l.rec.enabled = false;
-                l.rec.stopped = Some(format!(
+            rec.consecutive_failures += 1;
+            if rec.consecutive_failures >= rec.max_consecutive_failures.max(1) {
+                rec.enabled = false;
+                rec.stopped = Some(format!(
                     "{} runs failed in a row (the last: {plan}); `flytoctl job_resume {}` starts it again",
-                    l.rec.consecutive_failures,
+                    rec.consecutive_failures,
                     format_id(id)
                 ));
             }
         } else {
-            l.rec.consecutive_failures = 0;
+            rec.consecutive_failures = 0;
         }
-        let owed = l.rec.notify.as_ref().map(|target| PendingNotify {
+        let owed = rec.notify.as_ref().map(|target| PendingNotify {
             key: format!("notify/{}", fire_key(id, instant, false)),
             target: target.clone(),
             text: notify_text(l, &plan, &view, instant),
         });
-        if let Err(e) = self.store.put_accounted(&l.rec, &plan, owed.as_ref()) {
-            tracing::error!("job {}: {e}", format_id(id));
+        match self.store.put_accounted(&rec, &plan, owed.as_ref()).await {
+            Ok(true) => {
+                l.rec = rec;
+                if let Some(r) = retry {
+                    l.retry = Some(r);
+                    self.retries.insert((r.0, id));
+                }
+                if let Some(n) = owed {
+                    self.owed.push((id, n));
+                }
+            }
+            Ok(false) => {
+                // Another node counted it (and retries or notifies).
+                if let Ok(Some(counted)) = self.store.get(id).await {
+                    l.rec = counted;
+                }
+            }
+            Err(e) => {
+                // Still unsettled: counted at a later tick.
+                tracing::warn!("job {}: cannot count {plan}'s end: {e}", format_id(id));
+                return;
+            }
         }
-        if let Some(n) = owed {
-            self.owed.push((id, n));
-        }
+        l.last_plan = Some((plan, true));
+        l.last_outcome = Some(outcome);
+        self.unsettled.remove(&id);
     }
 
     /// One due instant of job `id`.
-    fn fire(&mut self, myself: &ActorRef<JobsMsg>, id: u64, instant: u64) {
-        self.account(id);
+    async fn fire(&mut self, myself: &ActorRef<JobsMsg>, id: u64, instant: u64) {
+        self.account(id).await;
         let now = self.now();
         let Some(l) = self.jobs.get_mut(&id) else {
             return;
@@ -421,21 +456,27 @@ impl JobsState {
                 "expired at {}",
                 utc(l.rec.expires_ms.unwrap_or(0)).to_rfc3339()
             ));
-            let _ = self.save(id);
+            if let Err(e) = self.save(id).await {
+                tracing::warn!("job {}: cannot record its expiry: {e}", format_id(id));
+            }
             self.reindex(id, now);
             return;
         }
         if now.saturating_sub(instant) > LATE.as_millis() as u64 {
             // Asleep or stalled past its instants: no burst, one record.
-            self.catch_up(id, now);
+            self.catch_up(id, now).await;
             return;
         }
+        let before = l.rec.clone();
         l.rec.handled_ms = Some(instant);
-        let still_running = l.last_plan.as_ref().is_some_and(|(p, _)| {
-            self.reader
+        let still_running = match l.last_plan.as_ref() {
+            Some((p, _)) => self
+                .reader
                 .status(p)
-                .is_ok_and(|v| matches!(v.state, PlanState::Pending | PlanState::Running))
-        });
+                .await
+                .is_ok_and(|v| matches!(v.state, PlanState::Pending | PlanState::Running)),
+            None => false,
+        };
         let mut fire = FireRecord {
             job: id,
             instant_ms: instant,
@@ -449,7 +490,6 @@ impl JobsState {
             fire.outcome = FireOutcome::Skipped {
                 why: "still running".into(),
             };
-            l.last_outcome = Some("skipped (still running)".into());
         } else {
             fire.plan = Some(plan_of(&l.rec));
         }
@@ -458,24 +498,39 @@ impl JobsState {
             l.rec.stopped = Some(format!("fired once, at {}", utc(instant).to_rfc3339()));
         }
         let rec = l.rec.clone();
-        if let Err(e) = self.store.put_fire(&fire, &rec) {
-            tracing::error!("job {}: cannot record its fire: {e}", format_id(id));
-            return;
-        }
-        self.reindex(id, now);
-        if fire.plan.is_some() {
-            self.submit(myself, fire, None);
+        match self.store.claim_fire(&fire, &rec).await {
+            Ok(true) => {
+                if still_running {
+                    l.last_outcome = Some("skipped (still running)".into());
+                }
+                self.reindex(id, now);
+                if fire.plan.is_some() {
+                    self.submit(myself, fire, None);
+                }
+            }
+            // Another node recorded this instant first: it submits.
+            Ok(false) => self.reindex(id, now),
+            Err(e) => {
+                tracing::error!(
+                    "job {}: cannot record its fire (tried again in {} s): {e}",
+                    format_id(id),
+                    AGAIN.as_secs()
+                );
+                l.rec = before;
+                self.again
+                    .insert((now + AGAIN.as_millis() as u64, id, instant));
+            }
         }
     }
 
     /// A retry that is due: recorded as a fire of the same instant with the
     /// next attempt number, then submitted under its own key.
-    fn retry(&mut self, myself: &ActorRef<JobsMsg>, id: u64) {
+    async fn retry(&mut self, myself: &ActorRef<JobsMsg>, id: u64) {
         let now = self.now();
         let Some(l) = self.jobs.get_mut(&id) else {
             return;
         };
-        let Some((_, instant, attempt)) = l.retry.take() else {
+        let Some((at, instant, attempt)) = l.retry.take() else {
             return;
         };
         // Paused meanwhile: no retry. A one-shot stopped by its own fire
@@ -493,11 +548,20 @@ impl JobsState {
             attempt,
         };
         let rec = l.rec.clone();
-        if let Err(e) = self.store.put_fire(&fire, &rec) {
-            tracing::error!("job {}: cannot record its retry: {e}", format_id(id));
-            return;
+        match self.store.claim_fire(&fire, &rec).await {
+            Ok(true) => self.submit(myself, fire, None),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(
+                    "job {}: cannot record its retry (tried again in {} s): {e}",
+                    format_id(id),
+                    AGAIN.as_secs()
+                );
+                let again = (now + AGAIN.as_millis() as u64).max(at);
+                l.retry = Some((again, instant, attempt));
+                self.retries.insert((again, id));
+            }
         }
-        self.submit(myself, fire, None);
     }
 
     /// Submits a recorded fire's plan in a task, once the record is durable;
@@ -517,7 +581,7 @@ impl JobsState {
         let (instant, attempt) = (fire.instant_ms, fire.attempt);
         tokio::spawn(async move {
             let result = async {
-                store.synced().await?;
+                store.synced().await.map_err(|r| r.message)?;
                 crate::failpoint::reached("job-before-submit");
                 let cell = ractor::registry::where_is(SCHEDULER_NAME.into())
                     .ok_or("the scheduler is not running")?;
@@ -546,9 +610,11 @@ impl JobsState {
                 Ok(plan) => FireOutcome::Submitted { plan: plan.clone() },
                 Err(why) => FireOutcome::Failed { why: why.clone() },
             };
-            // The job record goes with it unchanged: read it back.
-            if let Ok(Some(job)) = store.get(fire.job) {
-                let _ = store.put_fire(&fire, &job);
+            if let Err(e) = store.fire_outcome(&fire).await {
+                tracing::warn!(
+                    "job {}: cannot record how its fire ended: {e}",
+                    format_id(fire.job)
+                );
             }
             if let Some(a) = answer {
                 let _ = a.send(
@@ -566,62 +632,124 @@ impl JobsState {
         });
     }
 
-    fn load(&mut self, myself: &ActorRef<JobsMsg>) -> Result<(), Reject> {
+    async fn load(&mut self, myself: &ActorRef<JobsMsg>) -> Result<(), Reject> {
         let now = self.now();
-        for rec in self.store.all().map_err(Reject::internal)? {
-            let schedule = match Schedule::parse(&rec.schedule, &rec.tz, utc(rec.created_ms)) {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::error!(
-                        "job {}: its schedule no longer parses: {e}",
-                        format_id(rec.id)
-                    );
-                    continue;
-                }
+        for snap in self.store.snapshot().await? {
+            let Some(live) = live_of(&snap) else {
+                continue;
             };
-            let fires = self.store.fires(rec.id).map_err(Reject::internal)?;
-            let counted = self.store.counted(rec.id).map_err(Reject::internal)?;
-            let last_plan = fires.iter().rev().find_map(|f| match &f.outcome {
-                FireOutcome::Submitted { plan } => {
-                    Some((plan.clone(), counted.as_deref() == Some(plan.as_str())))
-                }
-                _ => None,
-            });
-            let id = rec.id;
-            self.jobs.insert(
-                id,
-                Live {
-                    rec,
-                    schedule,
-                    next: None,
-                    last_fire: fires
-                        .iter()
-                        .rev()
-                        .find(|f| matches!(f.outcome, FireOutcome::Submitted { .. }))
-                        .map(|f| (f.instant_ms, f.attempt)),
-                    last_plan,
-                    retry: None,
-                    last_outcome: fires.last().map(outcome_word),
-                },
-            );
+            let id = snap.rec.id;
+            self.jobs.insert(id, live);
             // Its last plan's end is counted once seen.
             self.unsettled.insert(id);
             // A fire recorded but never submitted (a crash between the
             // two): submit it now, under its key.
-            for f in fires
-                .into_iter()
-                .filter(|f| f.outcome == FireOutcome::Firing)
-            {
+            for f in snap.firing {
                 self.submit(myself, f, None);
             }
-            self.catch_up(id, now);
+            self.catch_up(id, now).await;
         }
         Ok(())
     }
 
+    /// What other nodes changed: jobs created, edited or deleted there,
+    /// plans their fires submitted, fires and notifications a dead node
+    /// left behind. Only on a store other nodes write.
+    async fn refresh(&mut self, myself: &ActorRef<JobsMsg>) {
+        let snaps = match self.store.snapshot().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("jobs: cannot look for other nodes' changes now: {e}");
+                return;
+            }
+        };
+        let now = self.now();
+        let mut seen = BTreeSet::new();
+        for snap in snaps {
+            let id = snap.rec.id;
+            seen.insert(id);
+            // Recorded by a node that died before it submitted: the
+            // plan's key makes a second submit the same plan.
+            for f in &snap.firing {
+                if now.saturating_sub(f.at_ms) > LATE.as_millis() as u64 {
+                    self.submit(myself, f.clone(), None);
+                }
+            }
+            let Some(l) = self.jobs.get_mut(&id) else {
+                if let Some(live) = live_of(&snap) {
+                    self.jobs.insert(id, live);
+                    self.unsettled.insert(id);
+                    self.reindex(id, now);
+                }
+                continue;
+            };
+            let mut changed = false;
+            if l.rec != snap.rec {
+                if (&l.rec.schedule, &l.rec.tz) != (&snap.rec.schedule, &snap.rec.tz) {
+                    match Schedule::parse(
+                        &snap.rec.schedule,
+                        &snap.rec.tz,
+                        utc(snap.rec.created_ms),
+                    ) {
+                        Ok((s, _)) => l.schedule = s,
+                        Err(_) => continue,
+                    }
+                }
+                l.rec = snap.rec.clone();
+                changed = true;
+            }
+            if let Some(f) = &snap.last_submitted
+                && let FireOutcome::Submitted { plan } = &f.outcome
+            {
+                let counted = snap.counted.as_deref() == Some(plan.as_str());
+                let known = l
+                    .last_plan
+                    .as_ref()
+                    .is_some_and(|(p, c)| p == plan && (*c || !counted));
+                if !known {
+                    l.last_plan = Some((plan.clone(), counted));
+                    l.last_fire = Some((f.instant_ms, f.attempt));
+                    l.last_outcome = snap.last.as_ref().map(outcome_word);
+                    if !counted {
+                        self.unsettled.insert(id);
+                    }
+                }
+            }
+            if changed {
+                self.reindex(id, now);
+            }
+        }
+        let gone: Vec<u64> = self
+            .jobs
+            .keys()
+            .filter(|id| !seen.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.forget(id);
+        }
+        match self.store.pending_notifies().await {
+            Ok(orphaned) => self.owed.extend(orphaned),
+            Err(e) => tracing::debug!("jobs: cannot look for orphaned notifications: {e}"),
+        }
+    }
+
+    /// Drops a deleted job from the indexes.
+    fn forget(&mut self, id: u64) {
+        if let Some(l) = self.jobs.remove(&id) {
+            if let Some(next) = l.next {
+                self.due.remove(&(next + l.jitter_ms(), id));
+            }
+            if let Some((at, _, _)) = l.retry {
+                self.retries.remove(&(at, id));
+            }
+        }
+        self.unsettled.remove(&id);
+    }
+
     /// Instants that passed while flytod was down (or asleep): one
     /// `missed` record, and the next fire is the first after now.
-    fn catch_up(&mut self, id: u64, now: u64) {
+    async fn catch_up(&mut self, id: u64, now: u64) {
         let Some(l) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -664,11 +792,58 @@ impl JobsState {
                 attempt: 0,
             };
             let rec = l.rec.clone();
-            if let Err(e) = self.store.put_fire(&fire, &rec) {
+            // Lost to another node: it recorded the same instants.
+            if let Err(e) = self.store.claim_fire(&fire, &rec).await {
                 tracing::error!("job {}: cannot record missed fires: {e}", format_id(id));
             }
         }
         self.reindex(id, now);
+    }
+
+    async fn show(&self, id: &str) -> Result<(JobView, Vec<FireView>), Reject> {
+        let n = self.find(id)?;
+        let l = &self.jobs[&n];
+        let mut views = Vec::new();
+        for f in self.store.fires(n).await? {
+            let plan = match &f.outcome {
+                FireOutcome::Submitted { plan } => Some(plan.clone()),
+                _ => None,
+            };
+            let pv = match &plan {
+                Some(p) => self.reader.status(p).await.ok(),
+                None => None,
+            };
+            views.push(FireView {
+                instant: utc(f.instant_ms).with_timezone(&l.schedule.tz).to_rfc3339(),
+                at_ms: f.at_ms,
+                manual: f.manual,
+                outcome: outcome_word(&f),
+                plan_state: pv.as_ref().map(|v| state_word(v.state).to_string()),
+                duration_ms: pv
+                    .as_ref()
+                    .and_then(|v| Some(v.finished_ms?.saturating_sub(v.started_ms?))),
+                plan,
+            });
+        }
+        Ok((self.view(l), views))
+    }
+
+    async fn set_enabled(&mut self, id: &str, enabled: bool) -> Result<JobView, Reject> {
+        let now = self.now();
+        let n = self.find(id)?;
+        if let Some(l) = self.jobs.get_mut(&n) {
+            l.rec.enabled = enabled;
+            if enabled {
+                // Resuming starts from now: nothing paused fires late.
+                l.rec.stopped = None;
+                l.rec.consecutive_failures = 0;
+                l.rec.handled_ms = Some(l.rec.handled_ms.map_or(now, |h| h.max(now)));
+            }
+            l.rec.updated_ms = now;
+        }
+        self.save(n).await?;
+        self.reindex(n, now);
+        Ok(self.view(&self.jobs[&n]))
     }
 
     fn apply_spec(
@@ -760,9 +935,9 @@ impl JobsState {
         Ok(warnings)
     }
 
-    fn create(&mut self, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
+    async fn create(&mut self, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
         let now = self.now();
-        let id = self.store.next_id().map_err(Reject::internal)?;
+        let id = self.store.next_id().await?;
         let mut rec = JobRecord {
             id,
             name: None,
@@ -788,7 +963,7 @@ impl JobsState {
         let warnings = self.apply_spec(&mut rec, spec, true)?;
         let (schedule, _) =
             Schedule::parse(&rec.schedule, &rec.tz, utc(now)).map_err(|e| bad(e.0))?;
-        self.store.put(&rec).map_err(Reject::internal)?;
+        self.store.put(&rec).await?;
         self.jobs.insert(
             id,
             Live {
@@ -805,7 +980,7 @@ impl JobsState {
         Ok((self.view(&self.jobs[&id]), warnings))
     }
 
-    fn update(&mut self, id: u64, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
+    async fn update(&mut self, id: u64, spec: &JobSpec) -> Result<(JobView, Vec<String>), Reject> {
         let now = self.now();
         let mut rec = self.jobs[&id].rec.clone();
         let warnings = self.apply_spec(&mut rec, spec, false)?;
@@ -817,7 +992,7 @@ impl JobsState {
             // the old schedule had due.
             rec.handled_ms = Some(rec.handled_ms.map_or(now, |h| h.max(now)));
         }
-        self.store.put(&rec).map_err(Reject::internal)?;
+        self.store.put(&rec).await?;
         if let Some(l) = self.jobs.get_mut(&id) {
             l.rec = rec;
             l.schedule = schedule;
@@ -825,6 +1000,37 @@ impl JobsState {
         self.reindex(id, now);
         Ok((self.view(&self.jobs[&id]), warnings))
     }
+}
+
+/// A job as the actor keeps it, from what the store has of it; `None`
+/// (logged) when its schedule no longer parses.
+fn live_of(snap: &JobSnapshot) -> Option<Live> {
+    let rec = &snap.rec;
+    let schedule = match Schedule::parse(&rec.schedule, &rec.tz, utc(rec.created_ms)) {
+        Ok((s, _)) => s,
+        Err(e) => {
+            tracing::error!(
+                "job {}: its schedule no longer parses: {e}",
+                format_id(rec.id)
+            );
+            return None;
+        }
+    };
+    let submitted = snap.last_submitted.as_ref();
+    Some(Live {
+        rec: rec.clone(),
+        schedule,
+        next: None,
+        last_fire: submitted.map(|f| (f.instant_ms, f.attempt)),
+        last_plan: submitted.and_then(|f| match &f.outcome {
+            FireOutcome::Submitted { plan } => {
+                Some((plan.clone(), snap.counted.as_deref() == Some(plan.as_str())))
+            }
+            _ => None,
+        }),
+        retry: None,
+        last_outcome: snap.last.as_ref().map(outcome_word),
+    })
 }
 
 /// Queues a run's result in the channels' outbox. `false`: the room is
@@ -928,11 +1134,13 @@ impl Actor for JobsActor {
             jobs: HashMap::new(),
             due: BTreeSet::new(),
             retries: BTreeSet::new(),
+            again: BTreeSet::new(),
             retry_backoff: args.retry_backoff,
             generation: 0,
             armed: None,
             unsettled: BTreeSet::new(),
             jump_watch: None,
+            change_watch: None,
             owed: Vec::new(),
             retry_owed: Vec::new(),
         };
@@ -946,10 +1154,21 @@ impl Actor for JobsActor {
                 }
             }));
         }
-        s.load(&myself).map_err(|r| r.message)?;
+        if let Some(mut changes) = s.store.changes() {
+            let me = myself.clone();
+            s.change_watch = Some(tokio::spawn(async move {
+                loop {
+                    changes.woken().await;
+                    if me.send_message(JobsMsg::Refresh).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        s.load(&myself).await.map_err(|r| r.message)?;
         // What a crash left owed goes out again; the outbox's key makes
         // a second delivery of it a no-op.
-        s.owed = s.store.pending_notifies().map_err(|e| e.to_string())?;
+        s.owed = s.store.pending_notifies().await.map_err(|r| r.message)?;
         s.arm(&myself);
         Ok(s)
     }
@@ -959,7 +1178,10 @@ impl Actor for JobsActor {
         _myself: ActorRef<JobsMsg>,
         s: &mut JobsState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(w) = s.jump_watch.take() {
+        for w in [s.jump_watch.take(), s.change_watch.take()]
+            .into_iter()
+            .flatten()
+        {
             w.abort();
         }
         Ok(())
@@ -987,25 +1209,32 @@ impl Actor for JobsActor {
                     s.due.remove(&(at, id));
                     let instant = s.jobs.get_mut(&id).and_then(|l| l.next.take());
                     match instant {
-                        Some(instant) => s.fire(&myself, id, instant),
+                        Some(instant) => s.fire(&myself, id, instant).await,
                         None => s.reindex(id, now),
                     }
+                }
+                while let Some(&(at, id, instant)) = s.again.first() {
+                    if at > now {
+                        break;
+                    }
+                    s.again.remove(&(at, id, instant));
+                    s.fire(&myself, id, instant).await;
                 }
                 while let Some(&(at, id)) = s.retries.first() {
                     if at > now {
                         break;
                     }
                     s.retries.remove(&(at, id));
-                    s.retry(&myself, id);
+                    s.retry(&myself, id).await;
                 }
                 for id in s.unsettled.clone() {
-                    s.account(id);
+                    s.account(id).await;
                 }
                 s.owed.append(&mut s.retry_owed);
             }
             JobsMsg::Notified { job, notify, done } => {
                 if done {
-                    if let Err(e) = s.store.notified(job, &notify.key) {
+                    if let Err(e) = s.store.notified(job, &notify.key).await {
                         tracing::warn!("job {}: {e}", format_id(job));
                     }
                 } else {
@@ -1021,11 +1250,15 @@ impl Actor for JobsActor {
                 let _ = myself.send_message(JobsMsg::Tick(generation));
                 return Ok(());
             }
+            JobsMsg::Refresh => s.refresh(&myself).await,
             JobsMsg::Create { spec, reply } => {
-                let _ = reply.send(s.create(&spec));
+                let _ = reply.send(s.create(&spec).await);
             }
             JobsMsg::Update { id, spec, reply } => {
-                let r = s.find(&id).and_then(|n| s.update(n, &spec));
+                let r = match s.find(&id) {
+                    Ok(n) => s.update(n, &spec).await,
+                    Err(e) => Err(e),
+                };
                 let _ = reply.send(r);
             }
             JobsMsg::List { reply } => {
@@ -1034,94 +1267,57 @@ impl Actor for JobsActor {
                 let _ = reply.send(Ok(all.iter().map(|l| s.view(l)).collect()));
             }
             JobsMsg::Show { id, reply } => {
-                let r = s.find(&id).and_then(|n| {
-                    let l = &s.jobs[&n];
-                    let fires = s.store.fires(n).map_err(Reject::internal)?;
-                    let views = fires
-                        .iter()
-                        .map(|f| {
-                            let plan = match &f.outcome {
-                                FireOutcome::Submitted { plan } => Some(plan.clone()),
-                                _ => None,
-                            };
-                            let pv = plan.as_ref().and_then(|p| s.reader.status(p).ok());
-                            FireView {
-                                instant: utc(f.instant_ms)
-                                    .with_timezone(&l.schedule.tz)
-                                    .to_rfc3339(),
-                                at_ms: f.at_ms,
-                                manual: f.manual,
-                                outcome: outcome_word(f),
-                                plan_state: pv.as_ref().map(|v| state_word(v.state).to_string()),
-                                duration_ms: pv.as_ref().and_then(|v| {
-                                    Some(v.finished_ms?.saturating_sub(v.started_ms?))
-                                }),
-                                plan,
-                            }
-                        })
-                        .collect();
-                    Ok((s.view(l), views))
-                });
-                let _ = reply.send(r);
+                let _ = reply.send(s.show(&id).await);
             }
             JobsMsg::SetEnabled { id, enabled, reply } => {
-                let now = s.now();
-                let r = s.find(&id).and_then(|n| {
-                    if let Some(l) = s.jobs.get_mut(&n) {
-                        l.rec.enabled = enabled;
-                        if enabled {
-                            // Resuming starts from now: nothing paused fires late.
-                            l.rec.stopped = None;
-                            l.rec.consecutive_failures = 0;
-                            l.rec.handled_ms = Some(l.rec.handled_ms.map_or(now, |h| h.max(now)));
-                        }
-                        l.rec.updated_ms = now;
-                    }
-                    s.save(n)?;
-                    s.reindex(n, now);
-                    Ok(s.view(&s.jobs[&n]))
-                });
-                let _ = reply.send(r);
+                let _ = reply.send(s.set_enabled(&id, enabled).await);
             }
             JobsMsg::Delete { id, reply } => {
-                let r = s.find(&id).and_then(|n| {
-                    let view = s.view(&s.jobs[&n]);
-                    s.store.delete(n).map_err(Reject::internal)?;
-                    if let Some(l) = s.jobs.remove(&n) {
-                        if let Some(next) = l.next {
-                            s.due.remove(&(next + l.jitter_ms(), n));
-                        }
-                        if let Some((at, _, _)) = l.retry {
-                            s.retries.remove(&(at, n));
+                let r = match s.find(&id) {
+                    Ok(n) => {
+                        let view = s.view(&s.jobs[&n]);
+                        match s.store.delete(n).await {
+                            Ok(()) => {
+                                s.forget(n);
+                                Ok(view)
+                            }
+                            Err(e) => Err(e),
                         }
                     }
-                    Ok(view)
-                });
+                    Err(e) => Err(e),
+                };
                 let _ = reply.send(r);
             }
             JobsMsg::RunNow { id, reply } => {
                 let now = s.now();
-                let r = s.find(&id).map(|n| {
-                    let fire = FireRecord {
-                        job: n,
-                        instant_ms: now,
-                        at_ms: now,
-                        manual: true,
-                        outcome: FireOutcome::Firing,
-                        plan: Some(plan_of(&s.jobs[&n].rec)),
-                        attempt: 0,
-                    };
-                    (n, fire)
-                });
-                match r {
-                    Ok((n, fire)) => {
-                        let rec = s.jobs[&n].rec.clone();
-                        match s.store.put_fire(&fire, &rec) {
-                            Ok(()) => s.submit(&myself, fire, Some(reply)),
-                            Err(e) => {
-                                let _ = reply.send(Err(Reject::internal(e)));
-                            }
-                        }
+                let n = match s.find(&id) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let rec = s.jobs[&n].rec.clone();
+                let fire = FireRecord {
+                    job: n,
+                    instant_ms: now,
+                    at_ms: now,
+                    manual: true,
+                    outcome: FireOutcome::Firing,
+                    plan: Some(plan_of(&rec)),
+                    attempt: 0,
+                };
+                match s.store.claim_fire(&fire, &rec).await {
+                    Ok(true) => s.submit(&myself, fire, Some(reply)),
+                    Ok(false) => {
+                        let _ = reply.send(Err(Reject::new(
+                            ErrorCode::Conflict,
+                            format!(
+                                "job {} was deleted or run at this very instant on another node: `flytoctl job_show {}` says which",
+                                format_id(n),
+                                format_id(n)
+                            ),
+                        )));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -1157,19 +1353,24 @@ impl Actor for JobsActor {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, SystemClock};
+    use crate::plans::jobs::SledJobStore;
+    use crate::plans::reader::PlanReader;
     use crate::plans::store::SledPlanStore;
     use crate::store::Store;
 
     const T0: u64 = 1_780_000_000_000;
 
-    async fn start(clock: &ManualClock, dir: &std::path::Path) -> (ActorRef<JobsMsg>, JobStore) {
+    async fn start(
+        clock: &ManualClock,
+        dir: &std::path::Path,
+    ) -> (ActorRef<JobsMsg>, SledJobStore) {
         let store = Store::open(&dir.join("db"), 8 << 20).unwrap();
         let plans: Arc<dyn crate::plans::PlanStore> =
             Arc::new(SledPlanStore::open(store.clone()).unwrap());
-        let job_store = JobStore::open(store).unwrap();
+        let job_store = SledJobStore::open(store).unwrap();
         let args = JobsArgs {
-            store: job_store.clone(),
-            reader: PlanReader::new(plans, dir.join("logs")),
+            store: Arc::new(job_store.clone()),
+            reader: Arc::new(PlanReader::new(plans, dir.join("logs"))),
             clock: Arc::new(clock.clone()),
             retry_backoff: default_retry_backoff(),
         };
@@ -1192,10 +1393,10 @@ mod tests {
 
     /// Until job 1 has a fire on disk, for at most `secs`. Read from the
     /// store, not asked of the actor: any request wakes it to look again.
-    async fn fire_within(store: &JobStore, secs: u64) -> Option<FireRecord> {
+    async fn fire_within(store: &SledJobStore, secs: u64) -> Option<FireRecord> {
         let deadline = std::time::Instant::now() + Duration::from_secs(secs);
         while std::time::Instant::now() < deadline {
-            if let Some(f) = store.fires(1).unwrap().pop() {
+            if let Some(f) = store.read_fires(1).unwrap().pop() {
                 return Some(f);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

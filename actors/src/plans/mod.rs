@@ -20,6 +20,7 @@ pub mod schedule;
 pub mod schedule_tools;
 pub mod scheduler;
 pub mod shared;
+pub mod shared_jobs;
 pub mod shared_reader;
 pub mod shared_scheduler;
 pub mod store;
@@ -123,11 +124,22 @@ impl PlanSockets for NoPlanSockets {
     fn close(&self, _key: &str) {}
 }
 
+/// A boxed future of a store's answer: the store may be this node's disk
+/// or a database other nodes share, behind one trait.
+pub type AnswerFut<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Reject>> + Send + 'a>>;
+
 /// A refused request: the code and a sentence the user can act on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reject {
     pub code: ErrorCode,
     pub message: String,
+}
+
+impl std::fmt::Display for Reject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 impl Reject {

@@ -232,3 +232,15 @@ impl PlanReader {
         })
     }
 }
+
+/// A plan's status by id, from whichever store holds the plans: what the
+/// jobs room asks of its runs.
+pub trait PlanLookup: Send + Sync + 'static {
+    fn status<'a>(&'a self, id: &'a str) -> super::AnswerFut<'a, PlanView>;
+}
+
+impl PlanLookup for PlanReader {
+    fn status<'a>(&'a self, id: &'a str) -> super::AnswerFut<'a, PlanView> {
+        Box::pin(async move { PlanReader::status(self, id) })
+    }
+}

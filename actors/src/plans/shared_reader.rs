@@ -180,3 +180,9 @@ impl SharedWatch {
         }
     }
 }
+
+impl super::reader::PlanLookup for SharedReader {
+    fn status<'a>(&'a self, id: &'a str) -> super::AnswerFut<'a, PlanView> {
+        Box::pin(SharedReader::status(self, id))
+    }
+}

@@ -3,12 +3,12 @@
 //! numbered migrations applied under an advisory lock, and the primitives
 //! several daemons coordinate through: step claims with fencing tokens and
 //! leases (`claims.rs`), plans whose state follows from their steps'
-//! (`plans.rs`) and job fires keyed by (job, instant) (`fires.rs`).
+//! (`plans.rs`); the jobs room keeps its rows itself (job fires keyed by
+//! (job, instant), in `plans/shared_jobs.rs`).
 //! It knows no room's records beyond the rows these primitives need; all
 //! lease times are the database's clock.
 
 pub mod claims;
-pub mod fires;
 pub mod listen;
 mod migrate;
 pub mod plans;
