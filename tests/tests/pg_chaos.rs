@@ -62,6 +62,29 @@ fn three_daemons_through_kills_a_pause_and_a_database_restart_run_every_step_to_
         max_attempts: Some(20),
         ..Default::default()
     };
+    // Two jobs firing every 2 s, created on different nodes; their steps
+    // may be rescued like any other.
+    let job_plan = envs[0].tmp.path().join("job.toml");
+    std::fs::write(
+        &job_plan,
+        "[[steps]]\nid = \"tick\"\nrun = \"true\"\nidempotent = true\nmax_attempts = 20\n",
+    )
+    .expect("the job's plan");
+    let jobs: Vec<String> = (0..2)
+        .map(|i| {
+            let out = envs[i].ctl(&[
+                "job_create",
+                "--schedule",
+                "every 2s",
+                "--plan",
+                job_plan.to_str().expect("utf-8"),
+                "--name",
+                &format!("chaos-{i}"),
+            ]);
+            assert_eq!(out.code, 0, "{out:?}");
+            format!("chaos-{i}")
+        })
+        .collect();
     let mut submitted = HashSet::new();
     for i in 0..PLANS {
         let plan = PlanSpec {
@@ -131,6 +154,19 @@ fn three_daemons_through_kills_a_pause_and_a_database_restart_run_every_step_to_
         .expect("paused")
         .signal(libc::SIGCONT);
 
+    // The jobs stop firing; a fire a killed node recorded and never
+    // submitted is taken over by another.
+    for (i, job) in jobs.iter().enumerate() {
+        let out = envs[others[i % 2]].ctl(&["job_pause", job]);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    wait_until("every job fire submitted", Duration::from_secs(120), || {
+        (count(
+            &pg,
+            "SELECT count(*) FROM flyto_job_fires WHERE outcome = 'firing'",
+        ) == 0)
+            .then_some(())
+    });
     wait_until("every plan finished", Duration::from_secs(180), || {
         (count(
             &pg,
@@ -157,6 +193,50 @@ fn three_daemons_through_kills_a_pause_and_a_database_restart_run_every_step_to_
         assert!(d.terminate().success());
     }
 
+    // Exactly one plan per job instant: every submitted fire has its
+    // plan under its key, and every plan a job made has its fire.
+    let fired = count(
+        &pg,
+        "SELECT count(*) FROM flyto_job_fires WHERE outcome = 'submitted' AND NOT manual AND attempt = 0",
+    );
+    assert!(fired >= 10, "{fired} job fires");
+    assert_eq!(
+        count(
+            &pg,
+            "SELECT count(*) FROM flyto_job_fires f WHERE outcome = 'submitted' AND NOT EXISTS (
+                 SELECT 1 FROM flyto_plans p
+                 WHERE p.idempotency_key = 'job j' || f.job || ' at ' || f.instant_ms)"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &pg,
+            "SELECT count(*) FROM flyto_plans WHERE idempotency_key LIKE 'job %'"
+        ),
+        fired
+    );
+    assert_eq!(
+        count(
+            &pg,
+            "SELECT count(*) FROM flyto_plans WHERE idempotency_key LIKE 'job %' AND state <> 'succeeded'"
+        ),
+        0,
+        "{}",
+        pg.sql(
+            "chaos",
+            "SELECT id, state, reason FROM flyto_plans WHERE idempotency_key LIKE 'job %' AND state <> 'succeeded' LIMIT 5"
+        )
+    );
+    // From here on, the submitted plans.
+    pg.sql(
+        "chaos",
+        "DELETE FROM flyto_attempts WHERE plan IN (SELECT id FROM flyto_plans WHERE idempotency_key LIKE 'job %')",
+    );
+    pg.sql(
+        "chaos",
+        "DELETE FROM flyto_plans WHERE idempotency_key LIKE 'job %'",
+    );
     // Every plan acknowledged is there and succeeded.
     assert_eq!(
         count(&pg, "SELECT count(*) FROM flyto_plans") as usize,
@@ -228,5 +308,5 @@ fn three_daemons_through_kills_a_pause_and_a_database_restart_run_every_step_to_
     assert_eq!(succeeded.len(), PLANS * 3);
     assert!(succeeded.values().all(|&n| n == 1), "{succeeded:?}");
     assert!(submitted.len() == PLANS);
-    eprintln!("chaos: {PLANS} plans through the faults in {took:?}");
+    eprintln!("chaos: {PLANS} plans and {fired} job fires through the faults in {took:?}");
 }
