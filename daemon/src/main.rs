@@ -147,10 +147,11 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
             )
         })?;
         let store = Store::open(&state_dir.join("db"), 64 * 1024 * 1024)?;
-        let plans = SledPlanStore::open(store)?;
+        let plans = SledPlanStore::open(store.clone())?;
         let records = flyto_actors::plans::PlanStore::list(&plans, None, usize::MAX)
             .context("cannot read the plans of the sled store")?;
-        Some((state_dir, lock, records))
+        let jobs = sled_jobs(store).context("cannot read the jobs of the sled store")?;
+        Some((state_dir, lock, records, jobs))
     } else {
         None
     };
@@ -172,11 +173,12 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 shared.target, done.applied, done.version
             );
         }
-        if let Some((state_dir, _lock, mut records)) = sled {
+        if let Some((state_dir, _lock, mut records, jobs)) = sled {
             // Oldest first, so the new ids keep their order.
             records.reverse();
             let source = format!("{}:{}", shared_store::hostname(), state_dir.display());
             let n = records.len();
+            let mut plan_ids = std::collections::HashMap::new();
             match flyto_actors::plans::shared::import(&shared, &source, records).await? {
                 None => println!(
                     "the plans of {source} were copied into this database before: nothing copied"
@@ -185,16 +187,55 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                     println!("copied {n} plan(s) of {source} (old id -> new id):");
                     for (old, new) in ids {
                         println!("  p{old} -> p{new}");
+                        plan_ids.insert(old, new);
                     }
-                    println!(
-                        "jobs and sessions stay in {}: the shared store does not hold them yet",
-                        state_dir.display()
-                    );
                 }
             }
+            let n = jobs.len();
+            match flyto_actors::plans::shared_jobs::import(&shared, &source, jobs, &plan_ids)
+                .await
+                .map_err(|r| anyhow::anyhow!(r.message))?
+            {
+                None => println!(
+                    "the jobs of {source} were copied into this database before: nothing copied"
+                ),
+                Some(copied) => {
+                    println!("copied {n} job(s) of {source} (old id -> new id):");
+                    for c in copied {
+                        print!("  j{} -> j{}", c.old, c.new);
+                        match c.name_dropped {
+                            Some(name) => println!(
+                                " (its name `{name}` is another job's here: copied without a name; `flytoctl job_update j{} --name NAME` gives it one)",
+                                c.new
+                            ),
+                            None => println!(),
+                        }
+                    }
+                }
+            }
+            println!(
+                "sessions stay in {}: the shared store does not hold them yet",
+                state_dir.display()
+            );
         }
         Ok::<(), anyhow::Error>(())
     })
+}
+
+/// A sled store's jobs, each with its fires and the plan counted last.
+fn sled_jobs(
+    store: Store,
+) -> Result<Vec<flyto_actors::plans::shared_jobs::ImportedJob>, flyto_actors::store::StoreError> {
+    let jobs = flyto_actors::plans::jobs::SledJobStore::open(store)?;
+    let mut out = Vec::new();
+    for rec in jobs.all()? {
+        out.push(flyto_actors::plans::shared_jobs::ImportedJob {
+            fires: jobs.read_fires(rec.id)?,
+            counted: jobs.counted(rec.id)?,
+            rec,
+        });
+    }
+    Ok(out)
 }
 
 fn check_config(cli: &Cli) -> anyhow::Result<()> {

@@ -592,7 +592,7 @@ fn the_database_going_away_mid_run_answers_unavailable_then_everything_resumes()
 }
 
 #[test]
-fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() {
+fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_run_on() {
     let pg = TestPostgres::start();
     pg.create_database("copy");
     let env = TestEnv::new(
@@ -608,6 +608,30 @@ fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() 
     )));
     env.wait_plan(&held, "running", |p| p.state == PlanState::Running);
     let queued = env.submit(TestEnv::run_plan("echo queued-then-ran"));
+    // A job, run once by hand: its fire names a plan of this store.
+    let job_plan = env.tmp.path().join("job.toml");
+    std::fs::write(
+        &job_plan,
+        "[[steps]]\nid = \"s\"\nrun = \"echo nightly-ran\"\n",
+    )
+    .unwrap();
+    let job = job_json(
+        &env,
+        &[
+            "job_create",
+            "--schedule",
+            "@daily",
+            "--plan",
+            job_plan.to_str().unwrap(),
+            "--name",
+            "nightly",
+        ],
+    );
+    assert_eq!(job["id"], "j1");
+    let job_run = job_json(&env, &["job_run", "nightly"])["plan"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let migrate = || {
         env.command(&flyto_tests::bin("flytod"))
             .args([
@@ -630,7 +654,8 @@ fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() 
     let out = migrate();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout.contains("copied 3 plan(s)"), "{stdout}");
+    assert!(stdout.contains("copied 4 plan(s)"), "{stdout}");
+    assert!(stdout.contains("copied 1 job(s)"), "{stdout}");
     let new_id = |old: &str| -> String {
         let line = stdout
             .lines()
@@ -639,13 +664,16 @@ fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() 
         line.rsplit(' ').next().unwrap().to_string()
     };
     let (done2, held2, queued2) = (new_id(&done), new_id(&held), new_id(&queued));
+    let (job2, job_run2) = (new_id("j1"), new_id(&job_run));
     // Once only.
     let again = migrate();
     assert!(again.status.success(), "{again:?}");
+    let again_out = String::from_utf8_lossy(&again.stdout);
     assert!(
-        String::from_utf8_lossy(&again.stdout).contains("nothing copied"),
+        again_out.contains("plans of") && again_out.contains("jobs of"),
         "{again:?}"
     );
+    assert_eq!(again_out.matches("nothing copied").count(), 2, "{again:?}");
     // On the shared store: the finished plan as it ended, the others run.
     std::fs::write(&gate, "").expect("gate");
     env.write_config(&node_config(&pg, "copy"));
@@ -658,9 +686,16 @@ fn migrate_from_sled_copies_a_nodes_plans_once_and_the_unfinished_ones_run_on() 
         assert_eq!(plan.state, PlanState::Succeeded, "{plan:?}");
         assert_eq!(plan.steps[0].stdout_tail, out);
     }
+    // The job is there under its new id, its fire naming the copied plan.
+    let shown = job_json(&env, &["job_show", "nightly"]);
+    assert_eq!(shown["job"]["id"], job2.as_str());
+    assert_eq!(shown["fires"][0]["plan"], job_run2.as_str());
+    let ran = env.wait_plan(&job_run2, "finished", |p| p.state.is_terminal());
+    assert_eq!(ran.steps[0].stdout_tail, "nightly-ran\n");
     assert_eq!(
         pg.sql("copy", "SELECT count(*) FROM flyto_plans"),
-        "3",
+        "4",
         "nothing copied twice"
     );
+    assert_eq!(pg.sql("copy", "SELECT count(*) FROM flyto_jobs"), "1");
 }

@@ -470,3 +470,118 @@ impl JobStore for SharedJobStore {
         Some(self.listener.subscribe(JOBS_CHANNEL))
     }
 }
+
+/// A job of a one-machine store, as `flytod migrate --from-sled` copies it.
+pub struct ImportedJob {
+    pub rec: JobRecord,
+    /// Oldest first.
+    pub fires: Vec<FireRecord>,
+    pub counted: Option<String>,
+}
+
+/// What the copy of one job did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopiedJob {
+    pub old: u64,
+    pub new: u64,
+    /// Its name was another job's on the shared store: copied without it.
+    pub name_dropped: Option<String>,
+}
+
+/// Copies `jobs` of the store at `source` once (`None`: copied before),
+/// each under a new id, with its fires; `plans` maps the store's plan
+/// numbers to the ones their copies got, and a fire whose plan was not
+/// copied is left out. In one transaction: all or nothing.
+pub async fn import(
+    shared: &Shared,
+    source: &str,
+    jobs: Vec<ImportedJob>,
+    plans: &HashMap<u64, u64>,
+) -> Result<Option<Vec<CopiedJob>>, Reject> {
+    let err = |what| {
+        let q = shared.query_err(what);
+        move |e| unavailable(q(e))
+    };
+    let mut c = shared.client().await.map_err(unavailable)?;
+    let tx = c.transaction().await.map_err(err("copying jobs"))?;
+    let n = tx
+        .execute(
+            "INSERT INTO flyto_imports (source, plans) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&format!("{source} (jobs)"), &(jobs.len() as i32)],
+        )
+        .await
+        .map_err(err("copying jobs"))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let remap = |plan: &str| {
+        super::model::parse_id(plan)
+            .and_then(|old| plans.get(&old))
+            .map(|new| super::model::format_id(*new))
+    };
+    let mut copied = Vec::new();
+    for job in jobs {
+        let id = tx
+            .query_one("SELECT nextval('flyto_job_ids')", &[])
+            .await
+            .map_err(err("taking a job id"))?
+            .get::<_, i64>(0) as u64;
+        let mut rec = job.rec.clone();
+        rec.id = id;
+        let mut name_dropped = None;
+        if let Some(name) = &rec.name {
+            let taken = tx
+                .query_opt("SELECT 1 FROM flyto_jobs WHERE name = $1", &[name])
+                .await
+                .map_err(err("copying jobs"))?
+                .is_some();
+            if taken {
+                name_dropped = rec.name.take();
+            }
+        }
+        let counted = job.counted.as_deref().and_then(remap);
+        tx.execute(
+            "INSERT INTO flyto_jobs (id, name, record, counted) VALUES ($1, $2, $3, $4)",
+            &[
+                &(id as i64),
+                &rec.name,
+                &encode_record(JOB_FORMAT_VERSION, &rec),
+                &counted,
+            ],
+        )
+        .await
+        .map_err(err("copying jobs"))?;
+        for mut fire in job.fires {
+            fire.job = id;
+            if let FireOutcome::Submitted { plan } = &fire.outcome {
+                match remap(plan) {
+                    Some(new) => fire.outcome = FireOutcome::Submitted { plan: new },
+                    None => continue,
+                }
+            }
+            tx.execute(
+                "INSERT INTO flyto_job_fires
+                     (job, instant_ms, manual, attempt, node, outcome, record)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &(id as i64),
+                    &(fire.instant_ms as i64),
+                    &fire.manual,
+                    &(fire.attempt as i32),
+                    &source,
+                    &outcome_word(&fire.outcome),
+                    &encode_record(super::jobs::FIRE_FORMAT_VERSION, &fire),
+                ],
+            )
+            .await
+            .map_err(err("copying jobs"))?;
+        }
+        copied.push(CopiedJob {
+            old: job.rec.id,
+            new: id,
+            name_dropped,
+        });
+    }
+    tx.commit().await.map_err(err("copying jobs"))?;
+    Ok(Some(copied))
+}
