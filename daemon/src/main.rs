@@ -603,7 +603,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let store_info = match &joined {
         Some(j) => {
             tracing::info!(
-                "plans and jobs are on the shared store at {}; sessions, channels and memory stay in this node's state directory {}",
+                "plans, jobs and sessions are on the shared store at {}; channels and memory stay in this node's state directory {}",
                 j.shared.target,
                 state_dir.display()
             );
@@ -682,7 +682,26 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     tools.extend(flyto_actors::plans::schedule_tools::all(clock.clone()));
     tools.extend(flyto_actors::channels::tools::all());
     let session_deps = Arc::new(SessionDeps {
-        store: Arc::new(SledSessionStore::open(store.clone())?),
+        store: match &joined {
+            Some(j) => {
+                let local = flyto_actors::session::store::SessionStore::list(
+                    &SledSessionStore::open(store.clone())?,
+                )
+                .map(|s| s.len())
+                .unwrap_or(0);
+                if local > 0 {
+                    tracing::warn!(
+                        "this node's own store {} holds {local} sessions that the shared store does not have: they stay there, unused, while [store] backend = \"postgres\"",
+                        state_dir.join("db").display()
+                    );
+                }
+                Arc::new(flyto_actors::session::shared::SharedSessionStore::new(
+                    j.shared.clone(),
+                    j.node.clone(),
+                ))
+            }
+            None => Arc::new(SledSessionStore::open(store.clone())?),
+        },
         llm: LlmClient::new().context("cannot set up the HTTP client for model providers")?,
         models: RwLock::new(Arc::new(config.models())),
         tools: Registry::new(tools),

@@ -36,8 +36,13 @@ pub fn start_with(env: &TestEnv, extra: &[(&str, &str)]) -> Daemon {
 
 /// A fake server with `script`, an env whose config points at it, flytod.
 pub fn setup(script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
+    setup_on(crate::Backend::Sled, script)
+}
+
+/// [`setup`] on `backend`.
+pub fn setup_on(backend: crate::Backend, script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
     let fake = FakeLlm::start(script);
-    let env = TestEnv::new(&format!("{BASE}{}", fake.config()));
+    let env = TestEnv::on(backend, &format!("{BASE}{}", fake.config()));
     let daemon = start(&env);
     (fake, env, daemon)
 }

@@ -39,6 +39,7 @@ mod pg_cluster;
 mod pg_daemon;
 mod pg_harness;
 mod pg_plans;
+mod pg_sessions;
 mod plans;
 mod policy_check;
 mod postgres;

@@ -16,12 +16,26 @@ use flyto_tests::flyto_protocol::{
 };
 use flyto_tests::sessions_support::{
     BASE, assert_every_call_answered, assert_run_shape, cancel, done, drain, history, message_text,
-    new_session, next_event, request_tool_result, send, send_refused, setup, start, start_send,
-    text_of, try_new_session, wait_for_text, workdir,
+    new_session, next_event, request_tool_result, send, send_refused, setup, setup_on, start,
+    start_send, text_of, try_new_session, wait_for_text, workdir,
 };
-use flyto_tests::{DEADLINE, TestEnv, bin, wait_until};
+use flyto_tests::{Backend, DEADLINE, TestEnv, bin, wait_until};
 use serde_json::json;
 use std::time::{Duration, Instant};
+
+// The session suite's core, on both stores.
+on_both_backends!(
+    a_text_reply_streams_and_is_recorded_with_its_cost,
+    a_tool_round_writes_reads_and_sends_results_after_their_calls,
+    a_second_send_while_running_is_a_conflict,
+    cancel_during_a_tool_kills_it_and_records_a_cancelled_result,
+    attach_gives_recent_history_then_live_events_of_other_clients_runs,
+    the_cli_drives_sessions,
+    names_are_unique_and_a_deleted_session_is_gone,
+    history_labels_tool_results_and_shows_when_each_message_came,
+    after_a_reset_the_context_figure_is_the_new_window,
+    parallel_tool_calls_get_their_results_in_call_order,
+);
 
 fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
     events
@@ -172,10 +186,9 @@ fn without_a_model_sessions_and_agent_steps_say_what_to_set() {
     assert_eq!(fake.request_count(), 0);
 }
 
-#[test]
-fn a_text_reply_streams_and_is_recorded_with_its_cost() {
+fn a_text_reply_streams_and_is_recorded_with_its_cost(backend: Backend) {
     let answer = "Hello from the fake model — all good.";
-    let (fake, env, _daemon) = setup(vec![Reply::text(answer).usage(1200, 30)]);
+    let (fake, env, _daemon) = setup_on(backend, vec![Reply::text(answer).usage(1200, 30)]);
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -254,17 +267,19 @@ fn a_text_reply_streams_and_is_recorded_with_its_cost() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn a_tool_round_writes_reads_and_sends_results_after_their_calls() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call(
-            "call_w",
-            "write",
-            json!({"path": "out.txt", "content": "hello file\nsecond line\n"}),
-        ),
-        Reply::tool_call("call_r", "read", json!({"path": "out.txt"})),
-        Reply::text("Wrote and read out.txt."),
-    ]);
+fn a_tool_round_writes_reads_and_sends_results_after_their_calls(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call(
+                "call_w",
+                "write",
+                json!({"path": "out.txt", "content": "hello file\nsecond line\n"}),
+            ),
+            Reply::tool_call("call_r", "read", json!({"path": "out.txt"})),
+            Reply::text("Wrote and read out.txt."),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -355,12 +370,14 @@ fn dangerous_bash_commands_are_blocked_and_the_model_is_told() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn a_second_send_while_running_is_a_conflict() {
-    let (fake, env, _daemon) = setup(vec![Reply::slow_text(
-        (1..=40).map(|i| format!("{i} ")),
-        Duration::from_millis(500),
-    )]);
+fn a_second_send_while_running_is_a_conflict(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![Reply::slow_text(
+            (1..=40).map(|i| format!("{i} ")),
+            Duration::from_millis(500),
+        )],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -484,12 +501,14 @@ fn wait_for_tool_process(env: &TestEnv, id: &str) -> Vec<i32> {
     })
 }
 
-#[test]
-fn cancel_during_a_tool_kills_it_and_records_a_cancelled_result() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_sleep", "bash", json!({"command": "sleep 30"})),
-        Reply::text("continuing"),
-    ]);
+fn cancel_during_a_tool_kills_it_and_records_a_cancelled_result(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call("call_sleep", "bash", json!({"command": "sleep 30"})),
+            Reply::text("continuing"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let _reap = ReapOnDrop {
@@ -607,12 +626,11 @@ fn sigkill_mid_tool_then_restart_leaves_a_consistent_session() {
     assert_eq!(session.error, None, "{session:#?}");
 }
 
-#[test]
-fn attach_gives_recent_history_then_live_events_of_other_clients_runs() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::text("first answer"),
-        Reply::text("second answer"),
-    ]);
+fn attach_gives_recent_history_then_live_events_of_other_clients_runs(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![Reply::text("first answer"), Reply::text("second answer")],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     assert!(done(&send(&env, &id, "one")));
@@ -819,21 +837,23 @@ fn a_429_with_retry_after_is_retried_with_a_notice() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn the_cli_drives_sessions() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call(
-            "call_w",
-            "write",
-            json!({"path": "cli.txt", "content": "from the cli\n"}),
-        ),
-        Reply::text("All done via the CLI."),
-        Reply::slow_text(
-            (1..=40).map(|i| format!("{i} ")),
-            Duration::from_millis(500),
-        ),
-        Reply::text("Chatting works."),
-    ]);
+fn the_cli_drives_sessions(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call(
+                "call_w",
+                "write",
+                json!({"path": "cli.txt", "content": "from the cli\n"}),
+            ),
+            Reply::text("All done via the CLI."),
+            Reply::slow_text(
+                (1..=40).map(|i| format!("{i} ")),
+                Duration::from_millis(500),
+            ),
+            Reply::text("Chatting works."),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let wd = dir.display().to_string();
 
@@ -958,25 +978,27 @@ fn cut_and_idle_streams_are_retried_without_splicing_replies() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn parallel_tool_calls_get_their_results_in_call_order() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_calls(vec![
-            (
-                "call_a",
-                "write",
-                json!({"path": "a.txt", "content": "A"}).to_string(),
-            ),
-            (
-                "call_b",
-                "write",
-                json!({"path": "b.txt", "content": "B"}).to_string(),
-            ),
-            ("call_g", "glob", json!({"pattern": "*.txt"}).to_string()),
-            ("call_r", "read", json!({"path": "a.txt"}).to_string()),
-        ]),
-        Reply::text("Both files exist."),
-    ]);
+fn parallel_tool_calls_get_their_results_in_call_order(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_calls(vec![
+                (
+                    "call_a",
+                    "write",
+                    json!({"path": "a.txt", "content": "A"}).to_string(),
+                ),
+                (
+                    "call_b",
+                    "write",
+                    json!({"path": "b.txt", "content": "B"}).to_string(),
+                ),
+                ("call_g", "glob", json!({"pattern": "*.txt"}).to_string()),
+                ("call_r", "read", json!({"path": "a.txt"}).to_string()),
+            ]),
+            Reply::text("Both files exist."),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -1442,12 +1464,14 @@ fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn names_are_unique_and_a_deleted_session_is_gone() {
-    let (_fake, env, _daemon) = setup(vec![Reply::slow_text(
-        (1..=40).map(|i| format!("{i} ")),
-        Duration::from_millis(500),
-    )]);
+fn names_are_unique_and_a_deleted_session_is_gone(backend: Backend) {
+    let (_fake, env, _daemon) = setup_on(
+        backend,
+        vec![Reply::slow_text(
+            (1..=40).map(|i| format!("{i} ")),
+            Duration::from_millis(500),
+        )],
+    );
     let dir = workdir(&env, "ws");
     let wd = dir.display().to_string();
     let out = env.ctl(&["session_new", "--workdir", &wd, "--name", "work"]);
@@ -1581,12 +1605,14 @@ fn an_agent_step_retried_after_a_crash_sends_its_prompt_once() {
     assert_every_call_answered(&messages);
 }
 
-#[test]
-fn history_labels_tool_results_and_shows_when_each_message_came() {
-    let (_fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_r", "read", json!({"path": "a.txt"})),
-        Reply::text("It says hi."),
-    ]);
+fn history_labels_tool_results_and_shows_when_each_message_came(backend: Backend) {
+    let (_fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call("call_r", "read", json!({"path": "a.txt"})),
+            Reply::text("It says hi."),
+        ],
+    );
     let dir = workdir(&env, "ws");
     std::fs::write(dir.join("a.txt"), "hi\n").expect("a.txt");
     let id = new_session(&env, &dir);
@@ -1624,12 +1650,14 @@ fn history_labels_tool_results_and_shows_when_each_message_came() {
 
 /// After a reset the context figure is what the model will see next (an
 /// estimate of the new window), not the last reported usage of the old one.
-#[test]
-fn after_a_reset_the_context_figure_is_the_new_window() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::text("a long answer").usage(60_000, 500),
-        Reply::text("again").usage(61_000, 500),
-    ]);
+fn after_a_reset_the_context_figure_is_the_new_window(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::text("a long answer").usage(60_000, 500),
+            Reply::text("again").usage(61_000, 500),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     assert!(done(&send(&env, &id, "first")));

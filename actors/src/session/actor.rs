@@ -6,6 +6,7 @@ use super::SessionDeps;
 use super::approval::{Approvals, ApproverGuard};
 use super::model::{ExtractionRecord, SessionRecord, SessionStatus, format_id, message_view};
 use super::run::{self, Emitter};
+use super::store::Claim;
 use crate::llm::{Block, Message, Role};
 use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionEvent, SessionView};
@@ -124,6 +125,13 @@ pub struct SessionState {
     /// Extractions that ended during a run: their cost joins the record
     /// when the run has ended (only the run writes the record meanwhile).
     extracted: Vec<ExtractionRecord>,
+    /// On a shared store: cancelled if this node's claim on the session is
+    /// lost, until the next run takes it.
+    lost: Option<CancellationToken>,
+    /// Cancels the run when the claim is lost; ends with the run.
+    claim_watch: Option<tokio::task::JoinHandle<()>>,
+    /// The claim the current run holds (cancelled once lost).
+    run_claim: Option<CancellationToken>,
 }
 
 struct Deferred {
@@ -147,7 +155,13 @@ impl Actor for SessionActor {
         let Some(rec) = args.deps.store.get(args.id)? else {
             return Err(format!("no session {}", format_id(args.id)).into());
         };
-        let rec = recover(&args.deps, rec)?;
+        // On a shared store a `running` record may be another node's live
+        // run: it is repaired when this node claims the session.
+        let rec = if args.deps.store.shared() {
+            rec
+        } else {
+            recover(&args.deps, rec)?
+        };
         let state = SessionState {
             last_active_ms: args.deps.clock.now_ms(),
             deps: args.deps,
@@ -161,6 +175,9 @@ impl Actor for SessionActor {
             deferred: None,
             extraction: None,
             extracted: Vec::new(),
+            lost: None,
+            claim_watch: None,
+            run_claim: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -179,6 +196,10 @@ impl Actor for SessionActor {
         if let Some(cancel) = state.extraction.take() {
             cancel.cancel();
         }
+        if let Some(w) = state.claim_watch.take() {
+            w.abort();
+        }
+        state.deps.store.release(state.rec.id);
         state.deps.sockets.close(&format_id(state.rec.id));
         Ok(())
     }
@@ -233,6 +254,7 @@ impl Actor for SessionActor {
                 can_approve,
                 reply,
             } => {
+                state.refresh();
                 let rx = state.emitter().tx.subscribe();
                 let approver = can_approve.then(|| state.approvals.approver());
                 let from = state.rec.next_idx.saturating_sub(recent);
@@ -282,6 +304,7 @@ impl Actor for SessionActor {
                 let _ = reply.send(answer);
             }
             SessionMsg::View { reply } => {
+                state.refresh();
                 let _ = reply.send(state.view());
             }
             SessionMsg::Reset { soft, reply } => {
@@ -295,6 +318,7 @@ impl Actor for SessionActor {
             SessionMsg::Compact { reply } => {
                 let answer = state
                     .idle_check()
+                    .and_then(|()| state.own())
                     .map(|()| state.begin(run::Mode::Compact, None, &myself));
                 let _ = reply.send(answer);
             }
@@ -322,11 +346,24 @@ impl Actor for SessionActor {
             SessionMsg::RunFinished(finished) => {
                 state.rec = finished.record;
                 state.run = None;
-                state.release_emitter();
-                for x in std::mem::take(&mut state.extracted) {
-                    state.record_extraction(x);
+                if let Some(w) = state.claim_watch.take() {
+                    w.abort();
                 }
-                state.maybe_extract(&myself);
+                state.release_emitter();
+                let lost = state.run_claim.take().is_some_and(|c| c.is_cancelled());
+                if lost {
+                    // Another node may have the session now: what this run
+                    // ended with was refused; read where it stands.
+                    state.deps.store.release(state.rec.id);
+                    state.refresh();
+                    state.extracted.clear();
+                } else {
+                    for x in std::mem::take(&mut state.extracted) {
+                        state.record_extraction(x);
+                    }
+                    state.maybe_extract(&myself);
+                    state.deps.store.release(state.rec.id);
+                }
                 state.answer_drain();
                 myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
                 if let Some(d) = state.deferred.take() {
@@ -577,6 +614,13 @@ impl SessionState {
 
     fn reset(&mut self, soft: bool) -> Result<SessionView, Reject> {
         self.idle_check()?;
+        self.own()?;
+        let done = self.reset_owned(soft);
+        self.disown();
+        done
+    }
+
+    fn reset_owned(&mut self, soft: bool) -> Result<SessionView, Reject> {
         let base = if soft {
             let from = self.rec.context_base_idx.min(self.rec.next_idx);
             let mut last_user = self.last_user_turn(from)?;
@@ -614,10 +658,11 @@ impl SessionState {
             ));
         }
         self.idle_check()?;
-        self.deps
-            .store
-            .delete(self.rec.id)
-            .map_err(Reject::internal)?;
+        self.own()?;
+        if let Err(e) = self.deps.store.delete(self.rec.id) {
+            self.disown();
+            return Err(Reject::internal(e));
+        }
         // Its private TMPDIR goes with it (absent when it never ran).
         let _ = std::fs::remove_dir_all(crate::tools::sandbox::tmpdir_for(&format_id(self.rec.id)));
         Ok(())
@@ -667,14 +712,77 @@ impl SessionState {
         self.idle_check()?;
         let route = super::route_for(&self.deps.models(), &model)
             .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
+        self.own()?;
         self.rec.model = model;
-        self.save()?;
+        if let Err(e) = self.save() {
+            self.disown();
+            return Err(e);
+        }
         let budget = crate::compaction::Budget::for_profile(&route.primary.profile);
         if self.rec.context.tokens() >= budget.compact_at {
             // Re-checked at once: the next message must not overflow.
             self.begin(run::Mode::Compact, None, myself);
+        } else {
+            self.disown();
         }
         Ok(self.view())
+    }
+
+    /// On a shared store, takes the session for this node before a run or
+    /// a change, with its record as the store has it now; a record another
+    /// node left `running` when it died is repaired first, as after a
+    /// crash. Refused while another node runs it.
+    fn own(&mut self) -> Result<(), Reject> {
+        let id = format_id(self.rec.id);
+        match self
+            .deps
+            .store
+            .claim(self.rec.id)
+            .map_err(Reject::internal)?
+        {
+            Claim::Local => Ok(()),
+            Claim::Taken { record, lost } => {
+                self.lost = Some(lost);
+                match recover(&self.deps, *record) {
+                    Ok(rec) => {
+                        self.rec = rec;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.disown();
+                        Err(Reject::internal(format!("cannot repair session {id}: {e}")))
+                    }
+                }
+            }
+            Claim::Busy { node } => Err(Reject::new(
+                ErrorCode::Conflict,
+                format!(
+                    "session {id} is running on node {node}: wait for its run to end (`flytoctl session_history {id}` shows it), or cancel it from that node"
+                ),
+            )),
+        }
+    }
+
+    /// Gives back a claim no run holds.
+    fn disown(&mut self) {
+        if self.lost.take().is_some() {
+            self.deps.store.release(self.rec.id);
+        }
+    }
+
+    /// On a shared store, the record as it is now (another node may have
+    /// run the session since); a run of this node's own is the truth.
+    fn refresh(&mut self) {
+        if self.run.is_some() || !self.deps.store.shared() {
+            return;
+        }
+        match self.deps.store.get(self.rec.id) {
+            Ok(Some(rec)) => self.rec = rec,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(session = %format_id(self.rec.id), "cannot read the session again: {e}");
+            }
+        }
     }
 
     /// Refuses while draining or running.
@@ -715,6 +823,21 @@ impl SessionState {
         // Fail fast (before storing anything) when no model is configured.
         super::route_for(&self.deps.models(), &self.rec.model)
             .map_err(|e| Reject::new(ErrorCode::BadRequest, e.to_string()))?;
+        self.own()?;
+        let started = self.start_owned(text, once, job, myself);
+        if started.is_err() {
+            self.disown();
+        }
+        started
+    }
+
+    fn start_owned(
+        &mut self,
+        text: String,
+        once: bool,
+        job: Option<String>,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<Subscription, Reject> {
         self.rec.status = SessionStatus::Running;
         self.rec.error = None;
         self.rec.updated_ms = self.deps.clock.now_ms();
@@ -757,6 +880,16 @@ impl SessionState {
         self.emitter().ended.store(false, Ordering::SeqCst);
         let cancel = CancellationToken::new();
         self.run = Some(cancel.clone());
+        if let Some(lost) = self.lost.take() {
+            self.run_claim = Some(lost.clone());
+            let run = cancel.clone();
+            let id = format_id(self.rec.id);
+            self.claim_watch = Some(tokio::spawn(async move {
+                lost.cancelled().await;
+                tracing::warn!(session = %id, "this node lost its claim on the session: the run stops");
+                run.cancel();
+            }));
+        }
         self.shutdown = Arc::default();
         let ctl = run::Control {
             cancel,

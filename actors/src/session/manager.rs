@@ -7,6 +7,7 @@ use super::actor::{SessionActor, SessionArgs, SessionMsg, recover};
 use super::model::{
     SessionRecord, SessionSandbox, SessionStatus, format_id, message_view, parse_id,
 };
+use super::store::Claim;
 use crate::llm::Usage;
 use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionView};
@@ -119,10 +120,22 @@ impl Actor for SessionManager {
         deps: Arc<SessionDeps>,
     ) -> Result<Self::State, ActorProcessingErr> {
         for rec in deps.store.list()? {
+            if rec.status != SessionStatus::Running {
+                continue;
+            }
+            // On a shared store only what no live node runs: a claim
+            // succeeds once the run's node is gone.
+            let rec = match deps.store.claim(rec.id)? {
+                Claim::Local => rec,
+                Claim::Taken { record, .. } => *record,
+                Claim::Busy { .. } => continue,
+            };
+            let id = rec.id;
             if rec.status == SessionStatus::Running {
-                tracing::warn!(session = %format_id(rec.id), "repairing a session interrupted mid-run");
+                tracing::warn!(session = %format_id(id), "repairing a session interrupted mid-run");
                 recover(&deps, rec)?;
             }
+            deps.store.release(id);
         }
         Ok(ManagerState {
             next_id: deps.store.next_id()?,
@@ -402,7 +415,12 @@ impl ManagerState {
                 ),
             ));
         }
-        let id = self.next_id;
+        // Other nodes take ids too on a shared store: it hands them out.
+        let id = if self.deps.store.shared() {
+            self.deps.store.next_id().map_err(Reject::internal)?
+        } else {
+            self.next_id
+        };
         let now = self.deps.clock.now_ms();
         let (chain, depth) = chain.unwrap_or_else(|| (format_id(id), 0));
         let rec = SessionRecord {

@@ -25,6 +25,7 @@ pub mod model;
 pub mod normalize;
 pub mod orchestrator;
 pub mod run;
+pub mod shared;
 pub mod store;
 pub mod subrun;
 

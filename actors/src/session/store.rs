@@ -65,6 +65,33 @@ pub trait SessionStore: Send + Sync + 'static {
     /// session `id`, atomically.
     fn delete(&self, id: u64) -> Result<(), StoreError>;
     fn after_sync(&self, then: AfterSync);
+    /// Whether other nodes write this store too: then a session is run
+    /// (or changed) only under its claim, and ids come from the store.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Takes session `id` for this node before a run or a change.
+    fn claim(&self, _id: u64) -> Result<Claim, StoreError> {
+        Ok(Claim::Local)
+    }
+    /// Gives the claim back (the run ended, the change is written).
+    fn release(&self, _id: u64) {}
+}
+
+/// What [`SessionStore::claim`] got.
+pub enum Claim {
+    /// Only this node writes the store: nothing to take.
+    Local,
+    /// Taken: the record as the store has it now (another node may have
+    /// changed it since this node last looked), and a token cancelled if
+    /// the claim is lost (this node could not renew it in time), so a run
+    /// under it stops before another node may take the session.
+    Taken {
+        record: Box<SessionRecord>,
+        lost: tokio_util::sync::CancellationToken,
+    },
+    /// Another node holds it (it runs the session now).
+    Busy { node: String },
 }
 
 pub struct SledSessionStore {
@@ -101,6 +128,36 @@ fn extraction_prefix(id: u64) -> Vec<u8> {
     let mut k = vec![b'x'];
     k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+/// A session record as any backend stores it.
+pub fn decode_session(bytes: &[u8]) -> Result<SessionRecord, StoreError> {
+    decode_record(
+        "session record",
+        bytes,
+        SESSION_FORMAT_VERSION,
+        migrate_record,
+    )
+}
+
+/// A stored message as any backend stores it.
+pub fn decode_message(bytes: &[u8]) -> Result<StoredMessage, StoreError> {
+    decode_record(
+        "session message",
+        bytes,
+        MESSAGE_FORMAT_VERSION,
+        migrate_message,
+    )
+}
+
+/// A memory extraction record as any backend stores it.
+pub fn decode_extraction(bytes: &[u8]) -> Result<ExtractionRecord, StoreError> {
+    decode_record(
+        "memory extraction record",
+        bytes,
+        EXTRACTION_FORMAT_VERSION,
+        no_migration,
+    )
 }
 
 fn no_migration<T>(found: u32, _: &[u8]) -> Result<T, String> {

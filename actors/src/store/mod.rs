@@ -76,6 +76,9 @@ pub enum StoreError {
     Failed { detail: String },
     #[error("{0}")]
     Shared(Arc<StoreError>),
+    /// The shared database refused or could not take the write.
+    #[error("{0}")]
+    Database(String),
 }
 
 /// A continuation run after a durable sync, with its outcome.
