@@ -58,11 +58,36 @@ fn a_session_moves_between_nodes_one_runs_it_at_a_time_and_a_dead_ones_run_is_re
     let (code, message) = send_refused(&b, &id, "me too");
     assert_eq!(code, ErrorCode::Conflict, "{message}");
     assert!(message.contains("running on node"), "{message}");
+    // Attached on b, a's run is seen as it is stored, to its end.
+    let mut watcher = b.client();
+    watcher.set_read_timeout(Some(DEADLINE)).unwrap();
+    watcher
+        .send(&Request::SessionAttach {
+            id: id.clone(),
+            recent: Some(10),
+            can_approve: false,
+        })
+        .unwrap();
+    match watcher.recv().unwrap() {
+        Response::History { session, .. } => assert_eq!(session.status, "running"),
+        other => panic!("attach starts with History, got {other:?}"),
+    }
     let rest = drain(&mut first, &id);
     assert!(
         matches!(rest.last(), Some(SessionEvent::Done { .. })),
         "{rest:#?}"
     );
+    // An attach stays open: read to the run's end.
+    let mut seen = Vec::new();
+    while !seen.last().is_some_and(SessionEvent::ends_run) {
+        seen.push(next_event(&mut watcher, &id).expect("attach stays open").1);
+    }
+    assert!(
+        matches!(seen.last(), Some(SessionEvent::Done { .. })),
+        "{seen:#?}"
+    );
+    let whole: String = (1..=30).map(|i| format!("{i} ")).collect();
+    assert_eq!(text_of(&seen), whole);
 
     // Then b continues it, and a sees b's turn.
     let events = send(&b, &id, "your turn");

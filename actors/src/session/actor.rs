@@ -132,6 +132,8 @@ pub struct SessionState {
     claim_watch: Option<tokio::task::JoinHandle<()>>,
     /// The claim the current run holds (cancelled once lost).
     run_claim: Option<CancellationToken>,
+    /// On a shared store, while clients here follow another node's run.
+    follow: Option<tokio::task::JoinHandle<()>>,
 }
 
 struct Deferred {
@@ -178,6 +180,7 @@ impl Actor for SessionActor {
             lost: None,
             claim_watch: None,
             run_claim: None,
+            follow: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
         Ok(state)
@@ -196,7 +199,10 @@ impl Actor for SessionActor {
         if let Some(cancel) = state.extraction.take() {
             cancel.cancel();
         }
-        if let Some(w) = state.claim_watch.take() {
+        for w in [state.claim_watch.take(), state.follow.take()]
+            .into_iter()
+            .flatten()
+        {
             w.abort();
         }
         state.deps.store.release(state.rec.id);
@@ -256,6 +262,7 @@ impl Actor for SessionActor {
             } => {
                 state.refresh();
                 let rx = state.emitter().tx.subscribe();
+                state.follow_elsewhere();
                 let approver = can_approve.then(|| state.approvals.approver());
                 let from = state.rec.next_idx.saturating_sub(recent);
                 let answer = state
@@ -763,6 +770,26 @@ impl SessionState {
         }
     }
 
+    /// On a shared store, a session running on another node: what that
+    /// run stores reaches the clients attached here.
+    fn follow_elsewhere(&mut self) {
+        let following = self.follow.as_ref().is_some_and(|f| !f.is_finished());
+        if self.run.is_some()
+            || following
+            || !self.deps.store.shared()
+            || self.rec.status != SessionStatus::Running
+        {
+            return;
+        }
+        let emit = self.emitter().clone();
+        self.follow = Some(super::follow::spawn(
+            self.deps.clone(),
+            self.rec.id,
+            self.rec.next_idx,
+            emit,
+        ));
+    }
+
     /// Gives back a claim no run holds.
     fn disown(&mut self) {
         if self.lost.take().is_some() {
@@ -880,6 +907,9 @@ impl SessionState {
         self.emitter().ended.store(false, Ordering::SeqCst);
         let cancel = CancellationToken::new();
         self.run = Some(cancel.clone());
+        if let Some(f) = self.follow.take() {
+            f.abort();
+        }
         if let Some(lost) = self.lost.take() {
             self.run_claim = Some(lost.clone());
             let run = cancel.clone();

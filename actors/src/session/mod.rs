@@ -20,6 +20,7 @@
 pub mod actor;
 pub mod approval;
 pub mod context;
+pub mod follow;
 pub mod manager;
 pub mod model;
 pub mod normalize;
