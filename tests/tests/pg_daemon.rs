@@ -131,18 +131,6 @@ fn two_daemons_on_one_database_answer_for_each_other_and_run_each_step_once() {
     let text = a.ctl(&["stats"]);
     assert!(text.stdout.contains(&sb.node), "{}", text.stdout);
     assert!(!sa.store.contains("postgres://"), "{}", sa.store);
-    // An agent step is refused, saying why and what to do; nothing is stored.
-    let agent = b.ctl(&["submit_plan", "--prompt", "summarise the logs"]);
-    assert_eq!(agent.code, 2, "{} {}", agent.stdout, agent.stderr);
-    assert!(
-        agent
-            .stderr
-            .contains("agent steps do not run on the shared store")
-            && agent.stderr.contains("backend = \"sled\""),
-        "{}",
-        agent.stderr
-    );
-    assert_eq!(stats(&b).plans_succeeded + stats(&b).plans_pending, 13);
     let next = a.ctl(&["job_next", "@daily", "--tz", "UTC"]);
     assert_eq!(next.code, 0, "{next:?}");
 }

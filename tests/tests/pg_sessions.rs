@@ -186,3 +186,50 @@ fn a_node_that_lost_its_claim_stops_its_run_and_writes_nothing_more() {
     let (session, _) = history(&a, &id);
     assert_eq!(session.status, "idle", "{session:#?}");
 }
+
+#[test]
+fn agent_steps_and_prompt_jobs_run_on_the_shared_store() {
+    let pg = TestPostgres::start();
+    pg.create_database("sessions");
+    let fake = FakeLlm::start(vec![Reply::text("the summary"), Reply::text("job ran")]);
+    let (a, b) = (node(&pg, &fake), node(&pg, &fake));
+    let _da = start(&a);
+    let _db = start(&b);
+    let out = b.ctl(&["submit_plan", "--prompt", "summarise the logs", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("the summary"), "{out:?}");
+    // Its session is on the shared store: a lists it.
+    let listed = match a.client().call(&Request::SessionList {}).unwrap() {
+        Response::Sessions { sessions } => sessions,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        listed
+            .iter()
+            .any(|s| s.name.as_deref().is_some_and(|n| n.starts_with("plan p"))),
+        "{listed:?}"
+    );
+    // A prompt job made on a runs its agent step wherever it is claimed.
+    let job = a.ctl(&[
+        "job_create",
+        "--schedule",
+        "@daily",
+        "--prompt",
+        "report",
+        "--name",
+        "report",
+    ]);
+    assert_eq!(job.code, 0, "{job:?}");
+    let ran = a.ctl(&["job_run", "report", "--json"]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let plan: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let plan = plan["plan"].as_str().unwrap().to_string();
+    let done = b.wait_plan(&plan, "the job's run", |p| p.state.is_terminal());
+    assert_eq!(
+        done.state,
+        flyto_tests::flyto_protocol::PlanState::Succeeded,
+        "{done:?}"
+    );
+    assert!(done.steps[0].stdout_tail.contains("job ran"), "{done:?}");
+    fake.assert_protocol_ok();
+}

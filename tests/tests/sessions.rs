@@ -35,6 +35,7 @@ on_both_backends!(
     history_labels_tool_results_and_shows_when_each_message_came,
     after_a_reset_the_context_figure_is_the_new_window,
     parallel_tool_calls_get_their_results_in_call_order,
+    an_agent_step_writes_a_file_that_the_next_run_step_checks,
 );
 
 fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
@@ -724,16 +725,18 @@ fn a_json_client_that_half_closes_after_attach_still_gets_the_events() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn an_agent_step_writes_a_file_that_the_next_run_step_checks() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call(
-            "call_w",
-            "write",
-            json!({"path": "made.txt", "content": "made by the agent\n"}),
-        ),
-        Reply::text("I wrote made.txt for you."),
-    ]);
+fn an_agent_step_writes_a_file_that_the_next_run_step_checks(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call(
+                "call_w",
+                "write",
+                json!({"path": "made.txt", "content": "made by the agent\n"}),
+            ),
+            Reply::text("I wrote made.txt for you."),
+        ],
+    );
     let dir = workdir(&env, "plan-ws");
     let wd = Some(dir.display().to_string());
     let plan = env.submit(PlanSpec {

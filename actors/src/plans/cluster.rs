@@ -43,7 +43,8 @@ pub trait Launch: Send + Sync + 'static {
 }
 
 /// Runs `run` steps as process groups, as the one-machine scheduler does,
-/// each with a scoped plan socket of its own (`FLYTO_PLAN_SOCK`).
+/// each with a scoped plan socket of its own (`FLYTO_PLAN_SOCK`), and
+/// agent steps through the session room.
 pub struct ProcessLaunch {
     pub kill_grace: Duration,
     pub log_dir: Option<PathBuf>,
@@ -106,16 +107,36 @@ impl Launch for ProcessLaunch {
         token: i64,
         cancel: oneshot::Receiver<CancelReason>,
     ) -> BoxFuture<'static, (Outcome, Option<String>)> {
-        let StepAction::Run { command } = &step.action else {
-            let refused = Outcome {
-                exit: Exit::SpawnFailed(
-                    "agent steps do not run on the shared store yet: run the plan on a node with the sled store".into(),
-                ),
-                stdout_tail: String::new(),
-                stderr_tail: String::new(),
-                log_truncated: false,
-            };
-            return Box::pin(async move { (refused, None) });
+        let command = match &step.action {
+            StepAction::Run { command } => command,
+            StepAction::Agent { prompt, session } => {
+                // The session room runs it: on the shared store, under the
+                // session's own claim, on whichever node takes the step.
+                let agent = super::agent_step::AgentStep {
+                    prompt: prompt.clone(),
+                    session: session.clone(),
+                    plan: format_id(plan.id),
+                    workdir: step.workdir.clone(),
+                    chain: plan.chain.clone(),
+                    depth: plan.depth,
+                    timeout: Duration::from_secs(step.timeout_secs),
+                    sandbox: plan
+                        .sandbox_of(&step.id)
+                        .map(|b| crate::session::SessionSandbox {
+                            profile: Some(b.profile),
+                            network: Some(b.network),
+                            write_roots: Some(b.write_roots.clone()),
+                        }),
+                    job: plan
+                        .idempotency_key
+                        .as_deref()
+                        .and_then(super::jobs::job_of_key),
+                };
+                let tail_max = self.tail_max;
+                return Box::pin(async move {
+                    (super::agent_step::run(agent, cancel, tail_max).await, None)
+                });
+            }
         };
         let id = format_id(plan.id);
         // Children of any confined step are confined.

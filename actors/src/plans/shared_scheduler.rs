@@ -175,15 +175,6 @@ async fn submit(
     origin: Option<Origin>,
     restarted_from: Option<u64>,
 ) -> Result<(String, bool), Reject> {
-    if let Some(step) = spec.steps.iter().find(|s| s.prompt.is_some()) {
-        return Err(Reject::new(
-            ErrorCode::BadRequest,
-            format!(
-                "step `{}` is an agent step, and agent steps do not run on the shared store yet: submit the plan to a flytod with [store] backend = \"sled\", or make the step a `run` command",
-                step.id
-            ),
-        ));
-    }
     let shared = &ctx.reader.shared;
     let id = next_plan_id(shared).await.map_err(unavailable)? as u64;
     let rec = {
