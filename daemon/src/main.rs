@@ -150,8 +150,10 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
         let plans = SledPlanStore::open(store.clone())?;
         let records = flyto_actors::plans::PlanStore::list(&plans, None, usize::MAX)
             .context("cannot read the plans of the sled store")?;
-        let jobs = sled_jobs(store).context("cannot read the jobs of the sled store")?;
-        Some((state_dir, lock, records, jobs))
+        let jobs = sled_jobs(store.clone()).context("cannot read the jobs of the sled store")?;
+        let sessions =
+            sled_sessions(store).context("cannot read the sessions of the sled store")?;
+        Some((state_dir, lock, records, jobs, sessions))
     } else {
         None
     };
@@ -173,7 +175,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 shared.target, done.applied, done.version
             );
         }
-        if let Some((state_dir, _lock, mut records, jobs)) = sled {
+        if let Some((state_dir, _lock, mut records, jobs, sessions)) = sled {
             // Oldest first, so the new ids keep their order.
             records.reverse();
             let source = format!("{}:{}", shared_store::hostname(), state_dir.display());
@@ -213,10 +215,26 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                     }
                 }
             }
-            println!(
-                "sessions stay in {}: the shared store does not hold them yet",
-                state_dir.display()
-            );
+            let n = sessions.len();
+            match flyto_actors::session::shared::import(&shared, &source, sessions, &plan_ids)
+                .await?
+            {
+                None => println!(
+                    "the sessions of {source} were copied into this database before: nothing copied"
+                ),
+                Some(copied) => {
+                    println!("copied {n} session(s) of {source} (old id -> new id):");
+                    for c in copied {
+                        print!("  s{} -> s{}", c.old, c.new);
+                        match c.name_dropped {
+                            Some(name) => println!(
+                                " (its name `{name}` is another session's here: copied without a name)"
+                            ),
+                            None => println!(),
+                        }
+                    }
+                }
+            }
         }
         Ok::<(), anyhow::Error>(())
     })
@@ -233,6 +251,23 @@ fn sled_jobs(
             fires: jobs.read_fires(rec.id)?,
             counted: jobs.counted(rec.id)?,
             rec,
+        });
+    }
+    Ok(out)
+}
+
+/// A sled store's sessions, each with its messages and extractions.
+fn sled_sessions(
+    store: Store,
+) -> Result<Vec<flyto_actors::session::shared::ImportedSession>, flyto_actors::store::StoreError> {
+    use flyto_actors::session::store::SessionStore;
+    let sessions = SledSessionStore::open(store)?;
+    let mut out = Vec::new();
+    for record in sessions.list()? {
+        out.push(flyto_actors::session::shared::ImportedSession {
+            messages: sessions.stamped_messages(record.id, 0, u64::MAX)?,
+            extractions: sessions.extractions(record.id)?,
+            record,
         });
     }
     Ok(out)

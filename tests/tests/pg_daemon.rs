@@ -580,13 +580,25 @@ fn the_database_going_away_mid_run_answers_unavailable_then_everything_resumes()
 }
 
 #[test]
-fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_run_on() {
+fn migrate_from_sled_copies_a_nodes_plans_jobs_and_sessions_once_and_the_unfinished_ones_run_on() {
+    use flyto_tests::sessions_support::{history, message_text, new_session, send, workdir};
     let pg = TestPostgres::start();
     pg.create_database("copy");
-    let env = TestEnv::new(
-        "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\nmax_parallel_plans = 1\n",
-    );
-    let daemon = env.start();
+    let fake = flyto_tests::fake_llm::FakeLlm::start(vec![flyto_tests::fake_llm::Reply::text(
+        "noted on sled",
+    )]);
+    let env = TestEnv::new(&format!(
+        "[daemon]\nshutdown_grace = \"1s\"\n[plans]\nkill_grace = \"200ms\"\nmax_parallel_plans = 1\n\n{}",
+        fake.config()
+    ));
+    let daemon = flyto_tests::sessions_support::start(&env);
+    // A session with one turn.
+    let session = new_session(&env, &workdir(&env, "ws"));
+    assert!(flyto_tests::sessions_support::done(&send(
+        &env,
+        &session,
+        "remember this"
+    )));
     let done = env.submit(TestEnv::run_plan("echo finished-on-sled"));
     env.wait_plan(&done, "succeeded", |p| p.state == PlanState::Succeeded);
     let gate = env.tmp.path().join("gate");
@@ -644,6 +656,7 @@ fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("copied 4 plan(s)"), "{stdout}");
     assert!(stdout.contains("copied 1 job(s)"), "{stdout}");
+    assert!(stdout.contains("copied 1 session(s)"), "{stdout}");
     let new_id = |old: &str| -> String {
         let line = stdout
             .lines()
@@ -653,6 +666,7 @@ fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_
     };
     let (done2, held2, queued2) = (new_id(&done), new_id(&held), new_id(&queued));
     let (job2, job_run2) = (new_id("j1"), new_id(&job_run));
+    let session2 = new_id(&session);
     // Once only.
     let again = migrate();
     assert!(again.status.success(), "{again:?}");
@@ -661,7 +675,7 @@ fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_
         again_out.contains("plans of") && again_out.contains("jobs of"),
         "{again:?}"
     );
-    assert_eq!(again_out.matches("nothing copied").count(), 2, "{again:?}");
+    assert_eq!(again_out.matches("nothing copied").count(), 3, "{again:?}");
     // On the shared store: the finished plan as it ended, the others run.
     std::fs::write(&gate, "").expect("gate");
     env.write_config(&node_config(&pg, "copy"));
@@ -686,4 +700,9 @@ fn migrate_from_sled_copies_a_nodes_plans_and_jobs_once_and_the_unfinished_ones_
         "nothing copied twice"
     );
     assert_eq!(pg.sql("copy", "SELECT count(*) FROM flyto_jobs"), "1");
+    // The session, with its turn, under its new id.
+    let (view, messages) = history(&env, &session2);
+    assert_eq!(view.id, session2);
+    let texts: Vec<String> = messages.iter().map(message_text).collect();
+    assert_eq!(texts, ["remember this", "noted on sled"]);
 }

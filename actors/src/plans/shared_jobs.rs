@@ -19,6 +19,7 @@ use super::{AnswerFut, Reject};
 use crate::store::encode_record;
 use crate::store::postgres::Shared;
 use crate::store::postgres::claims::LEASE;
+use crate::store::postgres::imports::{Copied, drop_taken_name, first_copy, next_value};
 use crate::store::postgres::listen::{Listener, Wake};
 use flyto_protocol::ErrorCode;
 use std::collections::HashMap;
@@ -479,15 +480,6 @@ pub struct ImportedJob {
     pub counted: Option<String>,
 }
 
-/// What the copy of one job did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CopiedJob {
-    pub old: u64,
-    pub new: u64,
-    /// Its name was another job's on the shared store: copied without it.
-    pub name_dropped: Option<String>,
-}
-
 /// Copies `jobs` of the store at `source` once (`None`: copied before),
 /// each under a new id, with its fires; `plans` maps the store's plan
 /// numbers to the ones their copies got, and a fire whose plan was not
@@ -497,21 +489,17 @@ pub async fn import(
     source: &str,
     jobs: Vec<ImportedJob>,
     plans: &HashMap<u64, u64>,
-) -> Result<Option<Vec<CopiedJob>>, Reject> {
+) -> Result<Option<Vec<Copied>>, Reject> {
     let err = |what| {
         let q = shared.query_err(what);
         move |e| unavailable(q(e))
     };
     let mut c = shared.client().await.map_err(unavailable)?;
     let tx = c.transaction().await.map_err(err("copying jobs"))?;
-    let n = tx
-        .execute(
-            "INSERT INTO flyto_imports (source, plans) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&format!("{source} (jobs)"), &(jobs.len() as i32)],
-        )
+    if !first_copy(&tx, source, "jobs", jobs.len())
         .await
-        .map_err(err("copying jobs"))?;
-    if n == 0 {
+        .map_err(err("copying jobs"))?
+    {
         return Ok(None);
     }
     let remap = |plan: &str| {
@@ -521,24 +509,14 @@ pub async fn import(
     };
     let mut copied = Vec::new();
     for job in jobs {
-        let id = tx
-            .query_one("SELECT nextval('flyto_job_ids')", &[])
+        let id = next_value(&tx, "flyto_job_ids")
             .await
-            .map_err(err("taking a job id"))?
-            .get::<_, i64>(0) as u64;
+            .map_err(err("taking a job id"))?;
         let mut rec = job.rec.clone();
         rec.id = id;
-        let mut name_dropped = None;
-        if let Some(name) = &rec.name {
-            let taken = tx
-                .query_opt("SELECT 1 FROM flyto_jobs WHERE name = $1", &[name])
-                .await
-                .map_err(err("copying jobs"))?
-                .is_some();
-            if taken {
-                name_dropped = rec.name.take();
-            }
-        }
+        let name_dropped = drop_taken_name(&tx, "flyto_jobs", &mut rec.name)
+            .await
+            .map_err(err("copying jobs"))?;
         let counted = job.counted.as_deref().and_then(remap);
         tx.execute(
             "INSERT INTO flyto_jobs (id, name, record, counted) VALUES ($1, $2, $3, $4)",
@@ -576,7 +554,7 @@ pub async fn import(
             .await
             .map_err(err("copying jobs"))?;
         }
-        copied.push(CopiedJob {
+        copied.push(Copied {
             old: job.rec.id,
             new: id,
             name_dropped,

@@ -22,6 +22,7 @@ use super::store::{Claim, SessionStore, decode_extraction, decode_message, decod
 use crate::llm::Message;
 use crate::store::postgres::Shared;
 use crate::store::postgres::claims::{HEARTBEAT_EVERY, LEASE, SELF_FENCE_AFTER};
+use crate::store::postgres::imports::{Copied, drop_taken_name, first_copy, next_value};
 use crate::store::{AfterSync, StoreError, encode_record};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -499,4 +500,98 @@ impl SessionStore for SharedSessionStore {
             tracing::warn!(session = %format_id(id), "cannot give the session's claim back: {e}");
         }
     }
+}
+
+/// A session of a one-machine store, as `flytod migrate --from-sled`
+/// copies it.
+pub struct ImportedSession {
+    pub record: SessionRecord,
+    pub messages: Vec<(u64, StoredMessage)>,
+    pub extractions: Vec<ExtractionRecord>,
+}
+
+/// Copies `sessions` of the store at `source` once (`None`: copied
+/// before), each under a new id, with its messages and extractions; a
+/// session's chain names the plan its copy belongs to (`plans`: old plan
+/// number → new). In one transaction: all or nothing.
+pub async fn import(
+    shared: &Shared,
+    source: &str,
+    sessions: Vec<ImportedSession>,
+    plans: &HashMap<u64, u64>,
+) -> Result<Option<Vec<Copied>>, StoreError> {
+    let err = |what| {
+        let q = shared.query_err(what);
+        move |e| db(q(e))
+    };
+    let mut c = shared.client().await.map_err(db)?;
+    let tx = c.transaction().await.map_err(err("copying sessions"))?;
+    if !first_copy(&tx, source, "sessions", sessions.len())
+        .await
+        .map_err(err("copying sessions"))?
+    {
+        return Ok(None);
+    }
+    let mut copied = Vec::new();
+    for s in sessions {
+        let old = s.record.id;
+        let id = next_value(&tx, "flyto_session_ids")
+            .await
+            .map_err(err("taking a session id"))?;
+        let mut rec = s.record;
+        rec.id = id;
+        // Its own chain (`s<old>`) or a plan's (`p<old>`).
+        if rec.chain == format_id(old) {
+            rec.chain = format_id(id);
+        } else if let Some(new) =
+            crate::plans::model::parse_id(&rec.chain).and_then(|p| plans.get(&p))
+        {
+            rec.chain = crate::plans::model::format_id(*new);
+        }
+        let name_dropped = drop_taken_name(&tx, "flyto_sessions", &mut rec.name)
+            .await
+            .map_err(err("copying sessions"))?;
+        tx.execute(
+            "INSERT INTO flyto_sessions (id, name, record, next_idx) VALUES ($1, $2, $3, $4)",
+            &[
+                &(id as i64),
+                &rec.name,
+                &encode_record(SESSION_FORMAT_VERSION, &rec),
+                &(rec.next_idx as i64),
+            ],
+        )
+        .await
+        .map_err(err("copying sessions"))?;
+        for (idx, m) in &s.messages {
+            tx.execute(
+                "INSERT INTO flyto_session_messages (session, idx, record) VALUES ($1, $2, $3)",
+                &[
+                    &(id as i64),
+                    &(*idx as i64),
+                    &encode_record(MESSAGE_FORMAT_VERSION, m),
+                ],
+            )
+            .await
+            .map_err(err("copying sessions"))?;
+        }
+        for x in &s.extractions {
+            tx.execute(
+                "INSERT INTO flyto_session_extractions (session, to_idx, record) VALUES ($1, $2, $3)",
+                &[
+                    &(id as i64),
+                    &(x.to_idx as i64),
+                    &encode_record(EXTRACTION_FORMAT_VERSION, x),
+                ],
+            )
+            .await
+            .map_err(err("copying sessions"))?;
+        }
+        copied.push(Copied {
+            old,
+            new: id,
+            name_dropped,
+        });
+    }
+    tx.commit().await.map_err(err("copying sessions"))?;
+    Ok(Some(copied))
 }

@@ -9,6 +9,7 @@
 //! lease times are the database's clock.
 
 pub mod claims;
+pub mod imports;
 pub mod listen;
 mod migrate;
 pub mod plans;
