@@ -148,6 +148,13 @@ fn a_session_moves_between_nodes_one_runs_it_at_a_time_and_a_dead_ones_run_is_re
         "{messages:#?}"
     );
     fake.assert_protocol_ok();
+    // Deleted on one node (a new a), it is gone for the other, whose
+    // actor for it is still up.
+    let _da = start(&a);
+    let out = a.ctl(&["session_delete", &id]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (code, message) = send_refused(&b, &id, "still there?");
+    assert_eq!(code, ErrorCode::NotFound, "{message}");
 }
 
 #[test]

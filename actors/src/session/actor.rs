@@ -761,6 +761,12 @@ impl SessionState {
                     }
                 }
             }
+            Claim::Gone => Err(Reject::new(
+                ErrorCode::NotFound,
+                format!(
+                    "session {id} was deleted (on another node): `flytoctl session_list` shows the sessions that exist"
+                ),
+            )),
             Claim::Busy { node } => Err(Reject::new(
                 ErrorCode::Conflict,
                 format!(

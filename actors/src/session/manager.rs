@@ -128,7 +128,7 @@ impl Actor for SessionManager {
             let rec = match deps.store.claim(rec.id)? {
                 Claim::Local => rec,
                 Claim::Taken { record, .. } => *record,
-                Claim::Busy { .. } => continue,
+                Claim::Busy { .. } | Claim::Gone => continue,
             };
             let id = rec.id;
             if rec.status == SessionStatus::Running {
@@ -444,10 +444,10 @@ impl ManagerState {
             extract_from_idx: 0,
             extract_turns: 0,
         };
-        self.deps
-            .store
-            .save(&rec, &[], true)
-            .map_err(Reject::internal)?;
+        self.deps.store.save(&rec, &[], true).map_err(|e| match e {
+            crate::store::StoreError::Conflict(m) => Reject::new(ErrorCode::Conflict, m),
+            e => Reject::internal(e),
+        })?;
         self.next_id += 1;
         Ok(rec.view(false, self.deps.budget(&rec.model)))
     }

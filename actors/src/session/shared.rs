@@ -104,7 +104,9 @@ impl SharedSessionStore {
         let q = self.inner.shared.query_err(what);
         move |e| {
             if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                return db("another node just gave a session this name: choose another name");
+                return StoreError::Conflict(
+                    "another node just gave a session this name: choose another name".into(),
+                );
             }
             db(q(e))
         }
@@ -229,7 +231,7 @@ impl SharedSessionStore {
                 Some(r) => Ok(Claim::Busy {
                     node: r.get::<_, Option<String>>(0).unwrap_or_default(),
                 }),
-                None => Err(db(format!("no session {}", format_id(id)))),
+                None => Ok(Claim::Gone),
             };
         };
         let record = decode_session(row.get::<_, &[u8]>(1))?;

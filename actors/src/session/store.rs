@@ -92,6 +92,8 @@ pub enum Claim {
     },
     /// Another node holds it (it runs the session now).
     Busy { node: String },
+    /// It was deleted (on another node).
+    Gone,
 }
 
 pub struct SledSessionStore {

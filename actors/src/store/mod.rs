@@ -79,6 +79,9 @@ pub enum StoreError {
     /// The shared database refused or could not take the write.
     #[error("{0}")]
     Database(String),
+    /// Another node holds what this write needed (a name, a session).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// A continuation run after a durable sync, with its outcome.
