@@ -567,6 +567,17 @@ fn the_database_going_away_mid_run_answers_unavailable_then_everything_resumes()
         "{}",
         out.stderr
     );
+    for args in [&["session_list"][..], &["session_history", "s1"][..]] {
+        let out = a.ctl(args);
+        assert_ne!(out.code, 0, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("Unavailable")
+                && out.stderr.contains("cannot connect to PostgreSQL")
+                && out.stderr.contains("retry"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
     let ping = a.ctl(&["ping"]);
     assert_eq!(ping.code, 0, "{ping:?}");
     // The step ends while the database is away; its report waits.

@@ -136,6 +136,23 @@ pub struct Reject {
     pub message: String,
 }
 
+/// A store's error as the client sees it: the shared database away is
+/// `Unavailable` (worth a retry), a write another node's claim or name
+/// stood in the way of is a `Conflict`, anything else `Internal`.
+impl From<crate::store::StoreError> for Reject {
+    fn from(e: crate::store::StoreError) -> Reject {
+        use crate::store::StoreError;
+        match e {
+            StoreError::Database(m) => Reject::new(
+                ErrorCode::Unavailable,
+                format!("{m}; retry once PostgreSQL is reachable again"),
+            ),
+            StoreError::Conflict(m) => Reject::new(ErrorCode::Conflict, m),
+            e => Reject::internal(e),
+        }
+    }
+}
+
 impl std::fmt::Display for Reject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)

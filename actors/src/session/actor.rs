@@ -276,7 +276,7 @@ impl Actor for SessionActor {
                             .collect();
                         (state.view(), views, Subscription { rx, approver })
                     })
-                    .map_err(Reject::internal);
+                    .map_err(Reject::from);
                 let _ = reply.send(answer);
             }
             SessionMsg::Delete { reply } => match state.delete() {
@@ -616,7 +616,7 @@ impl SessionState {
         self.deps
             .store
             .save(&self.rec, &[], false)
-            .map_err(Reject::internal)
+            .map_err(Reject::from)
     }
 
     fn reset(&mut self, soft: bool) -> Result<SessionView, Reject> {
@@ -642,7 +642,7 @@ impl SessionState {
             .deps
             .store
             .messages(self.rec.id, base)
-            .map_err(Reject::internal)?
+            .map_err(Reject::from)?
             .into_iter()
             .map(|(_, m)| m)
             .collect();
@@ -683,7 +683,7 @@ impl SessionState {
             .deps
             .store
             .messages(self.rec.id, self.rec.context_base_idx)
-            .map_err(Reject::internal)?;
+            .map_err(Reject::from)?;
         let Some(pos) = ms
             .iter()
             .rposition(|(_, m)| crate::compaction::window::is_user_turn(m))
@@ -704,7 +704,7 @@ impl SessionState {
             .deps
             .store
             .messages(self.rec.id, from)
-            .map_err(Reject::internal)?
+            .map_err(Reject::from)?
             .into_iter()
             .rev()
             .find(|(_, m)| crate::compaction::window::is_user_turn(m))
@@ -741,12 +741,7 @@ impl SessionState {
     /// crash. Refused while another node runs it.
     fn own(&mut self) -> Result<(), Reject> {
         let id = format_id(self.rec.id);
-        match self
-            .deps
-            .store
-            .claim(self.rec.id)
-            .map_err(Reject::internal)?
-        {
+        match self.deps.store.claim(self.rec.id).map_err(Reject::from)? {
             Claim::Local => Ok(()),
             Claim::Taken { record, lost } => {
                 self.lost = Some(lost);
@@ -886,7 +881,7 @@ impl SessionState {
         self.deps
             .store
             .save(&self.rec, &messages, false)
-            .map_err(Reject::internal)?;
+            .map_err(Reject::from)?;
         crate::dream::actor::activity(&self.rec.workdir, self.rec.id, self.rec.updated_ms);
         Ok(self.begin(run::Mode::Chat, job, myself))
     }

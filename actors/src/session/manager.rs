@@ -184,15 +184,10 @@ impl Actor for SessionManager {
                 sandbox,
                 reply,
             } => {
-                let existing = state
-                    .deps
-                    .store
-                    .list()
-                    .map_err(Reject::internal)
-                    .map(|all| {
-                        all.into_iter()
-                            .find(|r| r.name.as_deref() == Some(name.as_str()))
-                    });
+                let existing = state.deps.store.list().map_err(Reject::from).map(|all| {
+                    all.into_iter()
+                        .find(|r| r.name.as_deref() == Some(name.as_str()))
+                });
                 let answer = match existing {
                     // A confined plan may not borrow a looser session.
                     Ok(Some(r))
@@ -238,7 +233,7 @@ impl Actor for SessionManager {
                             })
                             .collect()
                     })
-                    .map_err(Reject::internal);
+                    .map_err(Reject::from);
                 let _ = reply.send(answer);
             }
             ManagerMsg::History { id, reply } => {
@@ -300,7 +295,7 @@ impl Actor for SessionManager {
                             .collect();
                         t
                     })
-                    .map_err(Reject::internal);
+                    .map_err(Reject::from);
                 let _ = reply.send(answer);
             }
         }
@@ -403,7 +398,7 @@ impl ManagerState {
                 .deps
                 .store
                 .list()
-                .map_err(Reject::internal)?
+                .map_err(Reject::from)?
                 .iter()
                 .find(|r| r.name.as_deref() == Some(n.as_str()))
         {
@@ -417,7 +412,7 @@ impl ManagerState {
         }
         // Other nodes take ids too on a shared store: it hands them out.
         let id = if self.deps.store.shared() {
-            self.deps.store.next_id().map_err(Reject::internal)?
+            self.deps.store.next_id().map_err(Reject::from)?
         } else {
             self.next_id
         };
@@ -444,10 +439,10 @@ impl ManagerState {
             extract_from_idx: 0,
             extract_turns: 0,
         };
-        self.deps.store.save(&rec, &[], true).map_err(|e| match e {
-            crate::store::StoreError::Conflict(m) => Reject::new(ErrorCode::Conflict, m),
-            e => Reject::internal(e),
-        })?;
+        self.deps
+            .store
+            .save(&rec, &[], true)
+            .map_err(Reject::from)?;
         self.next_id += 1;
         Ok(rec.view(false, self.deps.budget(&rec.model)))
     }
@@ -461,7 +456,7 @@ impl ManagerState {
         if let Some(r) = self.live.get(&n) {
             return Ok(r.clone());
         }
-        if self.deps.store.get(n).map_err(Reject::internal)?.is_none() {
+        if self.deps.store.get(n).map_err(Reject::from)?.is_none() {
             return Err(not_found(id));
         }
         let (actor, _) = Actor::spawn_linked(
@@ -485,13 +480,13 @@ impl ManagerState {
             .deps
             .store
             .get(n)
-            .map_err(Reject::internal)?
+            .map_err(Reject::from)?
             .ok_or_else(|| not_found(id))?;
         let messages = self
             .deps
             .store
             .stamped_messages(n, 0, u64::MAX)
-            .map_err(Reject::internal)?
+            .map_err(Reject::from)?
             .iter()
             .map(|(i, m)| message_view(*i, m.created_ms, &m.message))
             .collect();
@@ -501,7 +496,7 @@ impl ManagerState {
             .deps
             .store
             .extractions(n)
-            .map_err(Reject::internal)?
+            .map_err(Reject::from)?
             .iter()
             .map(|x| x.view())
             .collect();

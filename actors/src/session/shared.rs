@@ -118,7 +118,7 @@ impl SharedSessionStore {
 
     /// Refused: another node holds the session, or this node's claim was lost.
     fn fenced(&self, id: u64) -> StoreError {
-        db(format!(
+        StoreError::Conflict(format!(
             "session {} is held by another node now (this node's claim on it was lost): nothing was written; `flytoctl session_history {}` shows where it stands",
             format_id(id),
             format_id(id)
