@@ -175,6 +175,8 @@ pub struct JobsState {
     jump_watch: Option<tokio::task::JoinHandle<()>>,
     /// Forwards other nodes' changes to the mailbox; ends with the actor.
     change_watch: Option<tokio::task::JoinHandle<()>>,
+    /// A `Refresh` is in the mailbox: wake-ups meanwhile add no other.
+    refresh_queued: Arc<std::sync::atomic::AtomicBool>,
     /// Run results owed to chats, to hand to the channels room.
     owed: Vec<(u64, PendingNotify)>,
     /// Owed results the channels room could not take yet.
@@ -1141,6 +1143,7 @@ impl Actor for JobsActor {
             unsettled: BTreeSet::new(),
             jump_watch: None,
             change_watch: None,
+            refresh_queued: Arc::default(),
             owed: Vec::new(),
             retry_owed: Vec::new(),
         };
@@ -1156,9 +1159,13 @@ impl Actor for JobsActor {
         }
         if let Some(mut changes) = s.store.changes() {
             let me = myself.clone();
+            let queued = s.refresh_queued.clone();
             s.change_watch = Some(tokio::spawn(async move {
                 loop {
                     changes.woken().await;
+                    if queued.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                        continue;
+                    }
                     if me.send_message(JobsMsg::Refresh).is_err() {
                         break;
                     }
@@ -1250,7 +1257,11 @@ impl Actor for JobsActor {
                 let _ = myself.send_message(JobsMsg::Tick(generation));
                 return Ok(());
             }
-            JobsMsg::Refresh => s.refresh(&myself).await,
+            JobsMsg::Refresh => {
+                s.refresh_queued
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                s.refresh(&myself).await;
+            }
             JobsMsg::Create { spec, reply } => {
                 let _ = reply.send(s.create(&spec).await);
             }
