@@ -201,6 +201,8 @@ impl TestEnv {
                 "\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
                 pg.url_for("flyto")
             );
+            // A config read back and extended already has it.
+            let text = text.replace(&store, "");
             std::fs::write(&self.config, format!("{text}{store}")).expect("write config");
             return;
         }

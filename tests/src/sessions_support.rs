@@ -50,8 +50,17 @@ pub fn setup_on(backend: crate::Backend, script: Vec<Reply>) -> (FakeLlm, TestEn
 /// A fake server with `script`, flytod configured with `extra` (e.g. a
 /// `[sessions]` section) and the fake's model profile.
 pub fn setup_with(extra: &str, script: Vec<Reply>) -> (FakeLlm, TestEnv, Daemon) {
+    setup_with_on(crate::Backend::Sled, extra, script)
+}
+
+/// [`setup_with`] on `backend`.
+pub fn setup_with_on(
+    backend: crate::Backend,
+    extra: &str,
+    script: Vec<Reply>,
+) -> (FakeLlm, TestEnv, Daemon) {
     let fake = FakeLlm::start(script);
-    let env = TestEnv::new(&format!("{BASE}{extra}\n{}", fake.config()));
+    let env = TestEnv::on(backend, &format!("{BASE}{extra}\n{}", fake.config()));
     let daemon = start(&env);
     (fake, env, daemon)
 }

@@ -36,6 +36,20 @@ on_both_backends!(
     after_a_reset_the_context_figure_is_the_new_window,
     parallel_tool_calls_get_their_results_in_call_order,
     an_agent_step_writes_a_file_that_the_next_run_step_checks,
+    dangerous_bash_commands_are_blocked_and_the_model_is_told,
+    cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply,
+    a_json_client_that_half_closes_after_attach_still_gets_the_events,
+    a_tool_child_submits_a_plan_through_flyto_plan_sock,
+    a_429_with_retry_after_is_retried_with_a_notice,
+    sigterm_drains_a_running_session_then_it_continues_after_restart,
+    a_session_model_may_name_a_profile,
+    a_reloaded_permission_rule_applies_to_the_next_tool_call,
+    session_cancel_and_ctrl_c_in_chat_say_cancelled,
+    a_run_cut_short_by_a_shutdown_makes_session_send_exit_6,
+    idle_session_actors_stop_and_start_again_on_demand,
+    an_ask_rule_prompts_the_terminal_and_runs_or_refuses_by_its_answer,
+    approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are_refused,
+    the_printed_approve_command_names_the_session_and_works,
 );
 
 fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
@@ -330,16 +344,18 @@ fn a_tool_round_writes_reads_and_sends_results_after_their_calls(backend: Backen
     assert_every_call_answered(&messages);
 }
 
-#[test]
-fn dangerous_bash_commands_are_blocked_and_the_model_is_told() {
+fn dangerous_bash_commands_are_blocked_and_the_model_is_told(backend: Backend) {
     // Shared with policy_check::, which checks the CLI agrees on them.
     use flyto_tests::policy_cases::{FORCE_PUSH, HARMLESS_WRITE, RM_ROOT};
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_rm", "bash", json!({ "command": RM_ROOT })),
-        Reply::tool_call("call_push", "bash", json!({ "command": FORCE_PUSH })),
-        Reply::tool_call("call_ok", "bash", json!({ "command": HARMLESS_WRITE })),
-        Reply::text("I will not do that."),
-    ]);
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call("call_rm", "bash", json!({ "command": RM_ROOT })),
+            Reply::tool_call("call_push", "bash", json!({ "command": FORCE_PUSH })),
+            Reply::tool_call("call_ok", "bash", json!({ "command": HARMLESS_WRITE })),
+            Reply::text("I will not do that."),
+        ],
+    );
     let dir = workdir(&env, "ws");
     std::fs::write(dir.join("keep.txt"), "keep me").expect("keep.txt");
     let id = new_session(&env, &dir);
@@ -408,14 +424,16 @@ fn a_second_send_while_running_is_a_conflict(backend: Backend) {
     assert_eq!(fake.request_count(), 1);
 }
 
-#[test]
-fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply() {
+fn cancel_during_a_slow_stream_is_prompt_and_keeps_no_partial_reply(backend: Backend) {
     let interval = Duration::from_secs(1);
     let chunks = 30;
-    let (fake, env, _daemon) = setup(vec![
-        Reply::slow_text((1..=chunks).map(|i| format!("tick{i} ")), interval),
-        Reply::text("fresh start"),
-    ]);
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::slow_text((1..=chunks).map(|i| format!("tick{i} ")), interval),
+            Reply::text("fresh start"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -678,11 +696,10 @@ fn attach_gives_recent_history_then_live_events_of_other_clients_runs(backend: B
 
 /// A script that pipes one JSON request into the socket and shuts down its
 /// sending side still gets the live events of the session it attached to.
-#[test]
-fn a_json_client_that_half_closes_after_attach_still_gets_the_events() {
+fn a_json_client_that_half_closes_after_attach_still_gets_the_events(backend: Backend) {
     use std::io::{BufRead, BufReader, Write};
     use std::net::Shutdown;
-    let (fake, env, _daemon) = setup(vec![Reply::text("the answer")]);
+    let (fake, env, _daemon) = setup_on(backend, vec![Reply::text("the answer")]);
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -778,16 +795,18 @@ fn an_agent_step_writes_a_file_that_the_next_run_step_checks(backend: Backend) {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn a_tool_child_submits_a_plan_through_flyto_plan_sock() {
+fn a_tool_child_submits_a_plan_through_flyto_plan_sock(backend: Backend) {
     let command = format!(
         "{} submit_plan --run 'echo nested' --wait",
         bin("flytoctl").display()
     );
-    let (fake, env, _daemon) = setup(vec![
-        Reply::tool_call("call_nest", "bash", json!({ "command": command })),
-        Reply::text("the nested plan ran"),
-    ]);
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call("call_nest", "bash", json!({ "command": command })),
+            Reply::text("the nested plan ran"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -807,12 +826,14 @@ fn a_tool_child_submits_a_plan_through_flyto_plan_sock() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn a_429_with_retry_after_is_retried_with_a_notice() {
-    let (fake, env, _daemon) = setup(vec![
-        Reply::status(429, Some(1)),
-        Reply::text("after the rate limit"),
-    ]);
+fn a_429_with_retry_after_is_retried_with_a_notice(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(
+        backend,
+        vec![
+            Reply::status(429, Some(1)),
+            Reply::text("after the rate limit"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -1034,15 +1055,17 @@ fn parallel_tool_calls_get_their_results_in_call_order(backend: Backend) {
 /// SIGTERM while a run streams: the run gets `shutdown_grace` (1 s here),
 /// then is cancelled and stored consistently; flytod exits 0, a new send
 /// during the drain is refused, and after a restart the session works.
-#[test]
-fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
-    let (fake, env, mut daemon) = setup(vec![
-        Reply::slow_text(
-            (1..=30).map(|i| format!("tick{i} ")),
-            Duration::from_secs(1),
-        ),
-        Reply::text("back again"),
-    ]);
+fn sigterm_drains_a_running_session_then_it_continues_after_restart(backend: Backend) {
+    let (fake, env, mut daemon) = setup_on(
+        backend,
+        vec![
+            Reply::slow_text(
+                (1..=30).map(|i| format!("tick{i} ")),
+                Duration::from_secs(1),
+            ),
+            Reply::text("back again"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let mut stream = start_send(&env, &id, "count slowly");
@@ -1089,9 +1112,8 @@ fn sigterm_drains_a_running_session_then_it_continues_after_restart() {
 
 /// A session's model may name a profile as well as a role; an unknown name
 /// is refused with the names that work.
-#[test]
-fn a_session_model_may_name_a_profile() {
-    let (fake, env, _daemon) = setup(vec![Reply::text("by profile")]);
+fn a_session_model_may_name_a_profile(backend: Backend) {
+    let (fake, env, _daemon) = setup_on(backend, vec![Reply::text("by profile")]);
     let dir = workdir(&env, "ws");
     let out = env.ctl(&[
         "session_new",
@@ -1162,14 +1184,16 @@ fn leftovers_of_a_tool_are_killed_when_the_session_is_repaired() {
 
 /// `[permissions]` is re-read on SIGHUP: a rule added to the config takes
 /// effect for the next tool call without a restart.
-#[test]
-fn a_reloaded_permission_rule_applies_to_the_next_tool_call() {
-    let (fake, env, daemon) = setup(vec![
-        Reply::tool_call("call_1", "bash", json!({"command": "echo before"})),
-        Reply::text("ok"),
-        Reply::tool_call("call_2", "bash", json!({"command": "echo after"})),
-        Reply::text("ok"),
-    ]);
+fn a_reloaded_permission_rule_applies_to_the_next_tool_call(backend: Backend) {
+    let (fake, env, daemon) = setup_on(
+        backend,
+        vec![
+            Reply::tool_call("call_1", "bash", json!({"command": "echo before"})),
+            Reply::text("ok"),
+            Reply::tool_call("call_2", "bash", json!({"command": "echo after"})),
+            Reply::text("ok"),
+        ],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let events = send(&env, &id, "say before");
@@ -1191,9 +1215,9 @@ fn a_reloaded_permission_rule_applies_to_the_next_tool_call() {
 
 /// An idle session's actor stops after `sessions.idle_stop`; its state
 /// stays in the store and the next message starts it again.
-#[test]
-fn idle_session_actors_stop_and_start_again_on_demand() {
-    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+fn idle_session_actors_stop_and_start_again_on_demand(backend: Backend) {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with_on(
+        backend,
         "[sessions]\nidle_stop = \"1s\"\n",
         vec![Reply::text("one"), Reply::text("two")],
     );
@@ -1259,15 +1283,14 @@ fn watch_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mu
     seen
 }
 
-#[test]
-fn session_cancel_and_ctrl_c_in_chat_say_cancelled() {
+fn session_cancel_and_ctrl_c_in_chat_say_cancelled(backend: Backend) {
     let slow = || {
         Reply::slow_text(
             (1..=40).map(|i| format!("{i} ")),
             Duration::from_millis(500),
         )
     };
-    let (fake, env, _daemon) = setup(vec![slow(), slow()]);
+    let (fake, env, _daemon) = setup_on(backend, vec![slow(), slow()]);
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
 
@@ -1311,9 +1334,9 @@ fn session_cancel_and_ctrl_c_in_chat_say_cancelled() {
     assert_eq!(fake.request_count(), 2);
 }
 
-#[test]
-fn an_ask_rule_prompts_the_terminal_and_runs_or_refuses_by_its_answer() {
-    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+fn an_ask_rule_prompts_the_terminal_and_runs_or_refuses_by_its_answer(backend: Backend) {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with_on(
+        backend,
         ASK_TOUCH,
         vec![
             Reply::tool_call("call_y", "bash", json!({"command": "touch yes.txt"})),
@@ -1369,9 +1392,11 @@ fn an_ask_rule_prompts_the_terminal_and_runs_or_refuses_by_its_answer() {
     fake.assert_protocol_ok();
 }
 
-#[test]
-fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are_refused() {
-    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+fn approvals_travel_on_the_streams_the_first_answer_wins_and_unanswered_asks_are_refused(
+    backend: Backend,
+) {
+    let (fake, env, _daemon) = flyto_tests::sessions_support::setup_with_on(
+        backend,
         &format!("{ASK_TOUCH}\n[sessions]\napproval_timeout = \"1s\"\n"),
         vec![
             Reply::tool_call("call_alone", "bash", json!({"command": "touch alone.txt"})),
@@ -1526,12 +1551,14 @@ fn names_are_unique_and_a_deleted_session_is_gone(backend: Backend) {
     assert_ne!(out.stdout.trim(), id);
 }
 
-#[test]
-fn a_run_cut_short_by_a_shutdown_makes_session_send_exit_6() {
-    let (_fake, env, mut daemon) = setup(vec![Reply::slow_text(
-        (1..=30).map(|i| format!("tick{i} ")),
-        Duration::from_secs(1),
-    )]);
+fn a_run_cut_short_by_a_shutdown_makes_session_send_exit_6(backend: Backend) {
+    let (_fake, env, mut daemon) = setup_on(
+        backend,
+        vec![Reply::slow_text(
+            (1..=30).map(|i| format!("tick{i} ")),
+            Duration::from_secs(1),
+        )],
+    );
     let dir = workdir(&env, "ws");
     let id = new_session(&env, &dir);
     let child = flyto_tests::sessions_support::spawn_ctl(&env, &["session_send", &id, "count"]);
@@ -1697,9 +1724,9 @@ fn after_a_reset_the_context_figure_is_the_new_window(backend: Backend) {
 
 /// A `session_send` that cannot answer itself says how to answer, with a
 /// command that works as printed.
-#[test]
-fn the_printed_approve_command_names_the_session_and_works() {
-    let (_fake, env, _daemon) = flyto_tests::sessions_support::setup_with(
+fn the_printed_approve_command_names_the_session_and_works(backend: Backend) {
+    let (_fake, env, _daemon) = flyto_tests::sessions_support::setup_with_on(
+        backend,
         ASK_TOUCH,
         vec![
             Reply::tool_call("call_ok", "bash", json!({"command": "touch ok.txt"})),
