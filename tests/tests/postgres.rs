@@ -487,6 +487,16 @@ fn a_plans_end_is_counted_by_one_node_and_an_edit_survives_a_fire() {
         assert_eq!(now.name.as_deref(), Some("renamed"));
         assert_eq!(now.schedule, "every 5m");
         assert_eq!(now.handled_ms, Some(1_800_000_060_000));
+        // A node whose copy says the next failure stops the job counts one
+        // on the row as it is (one failure so far): the second, no stop.
+        let mut stale = now.clone();
+        stale.consecutive_failures = 5;
+        stale.enabled = false;
+        stale.stopped = Some("5 runs failed in a row".into());
+        assert!(stores[0].put_accounted(&stale, "p10", None).await.unwrap());
+        let row = stores[1].get(3).await.unwrap().unwrap();
+        assert_eq!(row.consecutive_failures, 2);
+        assert!(row.enabled && row.stopped.is_none(), "{row:?}");
         // A name another job has is a conflict, not a second job.
         let mut twin = job(4);
         twin.name = Some("renamed".into());

@@ -51,14 +51,27 @@ fn corrupt(e: impl std::fmt::Display) -> Reject {
     Reject::internal(format!("a job row on the shared store cannot be read: {e}"))
 }
 
-/// `job` as it should be stored over `current`: what the caller changed
-/// wins, except that the latest handled instant never goes back and a
-/// stop one side recorded is not undone by the other's older copy.
+/// What a fire (`counting`: a run's end) changed in `job`, applied to the
+/// row as it is (`current`, which another node may have edited since):
+/// the latest handled instant never goes back; a counted failure adds
+/// one to the row's count (a success clears it), and stops the job when
+/// the row's own limit is reached; a stop a fire recorded (a one-shot's)
+/// is kept.
 fn merged(current: &JobRecord, job: &JobRecord, counting: bool) -> JobRecord {
     let mut out = current.clone();
     out.handled_ms = current.handled_ms.max(job.handled_ms);
     if counting {
-        out.consecutive_failures = job.consecutive_failures;
+        out.consecutive_failures = if job.consecutive_failures == 0 {
+            0
+        } else {
+            current.consecutive_failures + 1
+        };
+        let reached = out.consecutive_failures >= current.max_consecutive_failures.max(1);
+        if reached && current.stopped.is_none() && job.stopped.is_some() {
+            out.enabled = false;
+            out.stopped.clone_from(&job.stopped);
+        }
+        return out;
     }
     if job.stopped.is_some() && current.stopped.is_none() {
         out.enabled = job.enabled;
@@ -146,8 +159,17 @@ impl SharedJobStore {
         let tx = c.transaction().await.map_err(self.err("writing a job"))?;
         match self.locked(&tx, job.id).await? {
             Some((current, _)) => {
+                // An edit from this node's copy: the handled instant never
+                // goes back, and the failure count is the row's, except
+                // when the edit resumes a stopped or paused job.
                 let mut rec = job.clone();
                 rec.handled_ms = current.handled_ms.max(job.handled_ms);
+                let resumes = (!current.enabled || current.stopped.is_some())
+                    && job.enabled
+                    && job.stopped.is_none();
+                if !resumes {
+                    rec.consecutive_failures = current.consecutive_failures;
+                }
                 self.write_job(&tx, &rec, None).await?;
             }
             None => {
