@@ -8,7 +8,7 @@
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::flyto_protocol::{Request, Response, SessionEvent};
 use flyto_tests::sessions_support::*;
-use flyto_tests::{Daemon, TestEnv};
+use flyto_tests::{Backend, Daemon, TestEnv};
 use serde_json::Value;
 
 /// Main model: 12,000-token window, 1,000 max output → effective 11,000,
@@ -30,6 +30,13 @@ fn config(main: &FakeLlm, fast: &FakeLlm, fast_window: u32, extra: &str) -> Stri
     )
 }
 
+// The compaction suite's core, on both stores.
+on_both_backends!(
+    a_session_past_the_threshold_compacts_and_keeps_what_the_user_confirmed,
+    session_reset_moves_the_window_and_keeps_history,
+    switching_to_a_smaller_model_compacts_at_once_and_session_compact_works,
+);
+
 struct Setup {
     main: FakeLlm,
     fast: FakeLlm,
@@ -44,9 +51,14 @@ fn setup(fast_window: u32) -> Setup {
 
 /// [`setup`] with `extra` in the config.
 fn setup_with(fast_window: u32, extra: &str) -> Setup {
+    setup_on(Backend::Sled, fast_window, extra)
+}
+
+/// [`setup_with`] on `backend`.
+fn setup_on(backend: Backend, fast_window: u32, extra: &str) -> Setup {
     let main = FakeLlm::start(vec![]);
     let fast = FakeLlm::start(vec![]);
-    let env = TestEnv::new(&config(&main, &fast, fast_window, extra));
+    let env = TestEnv::on(backend, &config(&main, &fast, fast_window, extra));
     let daemon = start(&env);
     let dir = workdir(&env, "proj");
     std::fs::write(dir.join("big.log"), "log line with details\n".repeat(2_000)).unwrap();
@@ -117,9 +129,8 @@ fn summary_prompt(body: &Value) -> String {
         .to_string()
 }
 
-#[test]
-fn a_session_past_the_threshold_compacts_and_keeps_what_the_user_confirmed() {
-    let s = setup(128_000);
+fn a_session_past_the_threshold_compacts_and_keeps_what_the_user_confirmed(backend: Backend) {
+    let s = setup_on(backend, 128_000, "");
     fill(&s);
     // The summariser forgets the constraint and the path.
     s.fast
@@ -452,9 +463,8 @@ fn rate_limits_do_not_open_the_breaker_and_a_summary_that_does_not_shrink_counts
     assert!(breaker_status(&s.env).is_empty());
 }
 
-#[test]
-fn session_reset_moves_the_window_and_keeps_history() {
-    let s = setup(128_000);
+fn session_reset_moves_the_window_and_keeps_history(backend: Backend) {
+    let s = setup_on(backend, 128_000, "");
     s.main.push(vec![Reply::text("one done")]);
     send_logged(&s.env, &s.daemon, &s.id, "one");
     s.main.push(vec![Reply::text("two done")]);
@@ -491,9 +501,8 @@ fn session_reset_moves_the_window_and_keeps_history() {
     assert_eq!(out.code, 2, "{out:?}");
 }
 
-#[test]
-fn switching_to_a_smaller_model_compacts_at_once_and_session_compact_works() {
-    let s = setup(128_000);
+fn switching_to_a_smaller_model_compacts_at_once_and_session_compact_works(backend: Backend) {
+    let s = setup_on(backend, 128_000, "");
     // On the big model, the full context is fine.
     let out = s.env.ctl(&["session_model", &s.id, "big"]);
     assert_eq!(out.code, 0, "{out:?}");
