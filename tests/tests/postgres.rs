@@ -591,6 +591,33 @@ fn a_listener_wakes_on_notify_and_after_its_backend_is_killed_still_wakes() {
 }
 
 #[test]
+fn a_plans_watcher_is_woken_by_its_plans_notifications_not_by_others() {
+    use flyto_actors::store::postgres::listen::{Listener, notify};
+    let pg = TestPostgres::start();
+    runtime().block_on(async {
+        let shared = fresh(&pg, "k").await;
+        let l = Listener::start(
+            &shared,
+            &["flyto_plans"],
+            std::time::Duration::from_secs(3600),
+        );
+        let mut all = l.subscribe("flyto_plans");
+        let mut five = l.subscribe_key("flyto_plans", "5");
+        assert!(woke(&mut all).await && woke(&mut five).await);
+        // Another plan's change: the channel's waiter hears it, plan 5's
+        // does not (one connection delivers notifications in order).
+        notify(&shared, "flyto_plans", "6").await.unwrap();
+        assert!(woke(&mut all).await);
+        assert!(!five.pending(), "woken by another plan's change");
+        notify(&shared, "flyto_plans", "5").await.unwrap();
+        assert!(woke(&mut five).await, "its own change did not wake it");
+        // A reconnect wakes it too: what was notified meanwhile is lost.
+        assert_eq!(pg.terminate_backends("flyto-listen%"), 1);
+        assert!(woke(&mut five).await, "no wake-up after the reconnect");
+    });
+}
+
+#[test]
 fn without_any_notify_the_fallback_poll_wakes_the_listener() {
     use flyto_actors::store::postgres::listen::Listener;
     let pg = TestPostgres::start();

@@ -91,7 +91,7 @@ impl SharedReader {
     pub async fn watch(&self, key: &str) -> Result<(PlanView, Option<SharedWatch>), Reject> {
         let n = self.resolve(key).await?;
         // Subscribed before reading: a change between the two still wakes.
-        let wake = self.listener.subscribe(PLANS_CHANNEL);
+        let wake = self.listener.subscribe_key(PLANS_CHANNEL, &n.to_string());
         let view = self.view(
             self.record_of(n)
                 .await?
@@ -151,7 +151,8 @@ impl SharedReader {
     }
 }
 
-/// One plan's changes, read again whenever any plan changed.
+/// One plan's changes, read again when it changed (its notification, or
+/// the listener's reconnect and fallback poll).
 pub struct SharedWatch {
     reader: SharedReader,
     plan: u64,

@@ -8,16 +8,22 @@
 use super::{Shared, detail};
 use futures_util::StreamExt;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 pub struct Listener {
     channels: HashMap<String, Arc<watch::Sender<u64>>>,
+    /// Waiters for one payload of a channel (a plan's id): woken by its
+    /// notifications, at every reconnect and poll, not by the others.
+    keyed: Keyed,
     reconnects: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// (channel, payload) → its waiters' sender, while any waiter is left.
+type Keyed = Arc<std::sync::Mutex<HashMap<(String, String), Weak<watch::Sender<u64>>>>>;
 
 impl Drop for Listener {
     fn drop(&mut self) {
@@ -31,9 +37,16 @@ pub struct Wake {
     rx: watch::Receiver<u64>,
     /// The channel's wake-up count this waiter has seen.
     seen: u64,
+    /// A keyed waiter's sender: it lives as long as one of its waiters.
+    _keyed: Option<Arc<watch::Sender<u64>>>,
 }
 
 impl Wake {
+    /// Whether a wake-up is waiting, without taking it.
+    pub fn pending(&self) -> bool {
+        *self.rx.borrow() != self.seen
+    }
+
     /// Waits for the next reason to look at the database.
     pub async fn woken(&mut self) {
         loop {
@@ -55,8 +68,26 @@ fn quoted(channel: &str) -> String {
     format!("\"{}\"", channel.replace('"', "\"\""))
 }
 
-fn wake_all(channels: &HashMap<String, Arc<watch::Sender<u64>>>) {
+fn wake_all(channels: &HashMap<String, Arc<watch::Sender<u64>>>, keyed: &Keyed) {
     for tx in channels.values() {
+        tx.send_modify(|n| *n += 1);
+    }
+    let mut k = keyed.lock().unwrap_or_else(|e| e.into_inner());
+    k.retain(|_, tx| match tx.upgrade() {
+        Some(tx) => {
+            tx.send_modify(|n| *n += 1);
+            true
+        }
+        None => false,
+    });
+}
+
+fn wake_key(keyed: &Keyed, channel: &str, payload: &str) {
+    let k = keyed.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(tx) = k
+        .get(&(channel.to_string(), payload.to_string()))
+        .and_then(Weak::upgrade)
+    {
         tx.send_modify(|n| *n += 1);
     }
 }
@@ -72,7 +103,8 @@ impl Listener {
         let mut config = shared.config.clone();
         config.application_name("flyto-listen");
         let (target, tls) = (shared.target.clone(), shared.tls.clone());
-        let (all, r) = (channels.clone(), reconnects.clone());
+        let keyed: Keyed = Arc::default();
+        let (all, r, keys) = (channels.clone(), reconnects.clone(), keyed.clone());
         let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             let mut first = true;
@@ -81,13 +113,13 @@ impl Listener {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(db = %target, error = %detail(&e), "the listener cannot connect; polling meanwhile");
-                        wake_all(&all);
+                        wake_all(&all, &keys);
                         tokio::time::sleep(backoff.min(poll_every)).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                         continue;
                     }
                 };
-                let (tx, mut rx) = mpsc::channel::<String>(64);
+                let (tx, mut rx) = mpsc::channel::<(String, String)>(64);
                 // The connection's messages, notifications among them, come
                 // only while someone polls it.
                 let driver = tokio::spawn(async move {
@@ -97,7 +129,8 @@ impl Listener {
                         match m {
                             Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
                                 // Full: wake-ups are pending anyway.
-                                let _ = tx.try_send(n.channel().to_string());
+                                let _ =
+                                    tx.try_send((n.channel().to_string(), n.payload().to_string()));
                             }
                             Ok(_) => {}
                             Err(_) => break,
@@ -120,18 +153,19 @@ impl Listener {
                 }
                 first = false;
                 // Whatever was notified while away is lost: look now.
-                wake_all(&all);
+                wake_all(&all, &keys);
                 loop {
                     tokio::select! {
                         got = rx.recv() => match got {
-                            Some(channel) => {
+                            Some((channel, payload)) => {
                                 if let Some(tx) = all.get(&channel) {
                                     tx.send_modify(|n| *n += 1);
                                 }
+                                wake_key(&keys, &channel, &payload);
                             }
                             None => break,
                         },
-                        _ = tokio::time::sleep(poll_every) => wake_all(&all),
+                        _ = tokio::time::sleep(poll_every) => wake_all(&all, &keys),
                     }
                 }
                 driver.abort();
@@ -140,6 +174,7 @@ impl Listener {
         });
         Listener {
             channels,
+            keyed,
             reconnects,
             task,
         }
@@ -161,7 +196,32 @@ impl Listener {
                 watch::channel(0).1
             }
         };
-        Wake { rx, seen: 0 }
+        Wake {
+            rx,
+            seen: 0,
+            _keyed: None,
+        }
+    }
+
+    /// A new waiter for `payload`'s notifications on `channel` (say, one
+    /// plan's), also woken at every reconnect and fallback poll, but not by
+    /// the channel's other notifications. Its first wait returns at once.
+    pub fn subscribe_key(&self, channel: &str, payload: &str) -> Wake {
+        let mut k = self.keyed.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (channel.to_string(), payload.to_string());
+        let tx = match k.get(&key).and_then(Weak::upgrade) {
+            Some(tx) => tx,
+            None => {
+                let tx = Arc::new(watch::channel(1).0);
+                k.insert(key, Arc::downgrade(&tx));
+                tx
+            }
+        };
+        Wake {
+            rx: tx.subscribe(),
+            seen: 0,
+            _keyed: Some(tx),
+        }
     }
 
     /// How often the listener had to connect again.
