@@ -128,6 +128,8 @@ fn two_daemons_on_one_database_answer_for_each_other_and_run_each_step_once() {
         );
     }
     assert_eq!(sa.plans_succeeded, 13);
+    // The database's size: every node's rows.
+    assert!(sa.db_bytes > 1_000_000, "{}", sa.db_bytes);
     let text = a.ctl(&["stats"]);
     assert!(text.stdout.contains(&sb.node), "{}", text.stdout);
     assert!(!sa.store.contains("postgres://"), "{}", sa.store);

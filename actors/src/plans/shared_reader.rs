@@ -131,7 +131,8 @@ impl SharedReader {
     }
 
     pub async fn counts(&self) -> Result<PlanCounts, Reject> {
-        let (states, steps_running) = plans::counts(&self.shared).await.map_err(unavailable)?;
+        let (states, steps_running, size) =
+            plans::counts(&self.shared).await.map_err(unavailable)?;
         let of = |s: PlanState| {
             states
                 .iter()
@@ -145,7 +146,8 @@ impl SharedReader {
             failed: of(PlanState::Failed),
             cancelled: of(PlanState::Cancelled),
             steps_running: steps_running.max(0) as u64,
-            db_bytes: 0,
+            // The shared database's, all nodes' rows; its syncs are its own.
+            db_bytes: size.max(0) as u64,
             disk_syncs: 0,
         })
     }

@@ -427,7 +427,8 @@ pub async fn count_plans(shared: &Shared, state: Option<&str>) -> Result<i64, Pg
 }
 
 /// Plans per state, and steps running on any node.
-pub async fn counts(shared: &Shared) -> Result<(Vec<(String, i64)>, i64), PgError> {
+/// Plans per state, the steps running, and the database's size in bytes.
+pub async fn counts(shared: &Shared) -> Result<(Vec<(String, i64)>, i64, i64), PgError> {
     let c = shared.client().await?;
     let err = shared.query_err("counting plans");
     let rows = c
@@ -445,7 +446,16 @@ pub async fn counts(shared: &Shared) -> Result<(Vec<(String, i64)>, i64), PgErro
         .await
         .map_err(&err)?
         .get(0);
-    Ok((rows.iter().map(|r| (r.get(0), r.get(1))).collect(), running))
+    let size: i64 = c
+        .query_one("SELECT pg_database_size(current_database())", &[])
+        .await
+        .map_err(&err)?
+        .get(0);
+    Ok((
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        running,
+        size,
+    ))
 }
 
 /// The plans named `name` with their states, newest first.
