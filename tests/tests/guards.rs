@@ -10,13 +10,14 @@
 // Test helpers panic to fail the test.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use flyto_tests::Backend;
 use flyto_tests::fake_llm::{DEFAULT_USAGE, Reply};
 use flyto_tests::flyto_protocol::{
     BlockView, MessageView, PlanSpec, PlanState, SessionEvent, StepSpec,
 };
 use flyto_tests::sessions_support::{
     assert_every_call_answered, history, message_text, new_session, request_messages,
-    request_tool_result, send_logged, setup_with, text_of, workdir,
+    request_tool_result, send_logged, setup_with, setup_with_on, text_of, workdir,
 };
 use serde_json::{Value, json};
 
@@ -24,6 +25,14 @@ use serde_json::{Value, json};
 const REPEAT_NOTE: &str = "[flyto: you already called `read`";
 /// The user message the loop sends after a reply cut off by the output limit.
 const CONTINUE_PROMPT: &str = "Continue exactly where you stopped";
+
+// The guards' core, on both stores.
+on_both_backends!(
+    max_iterations_stops_the_run_and_a_new_send_continues_it,
+    the_run_budget_stops_after_the_tool_round_and_resets_per_run,
+    an_agent_step_records_the_whole_text_of_a_continued_reply,
+    runs_stopped_by_a_guard_make_session_send_exit_1,
+);
 
 /// The `stop` and `message` of the run's `Done` event.
 fn stopped(events: &[SessionEvent]) -> (String, String) {
@@ -192,9 +201,9 @@ fn steps_that_only_repeat_earlier_calls_stop_the_run_as_stalled() {
     );
 }
 
-#[test]
-fn max_iterations_stops_the_run_and_a_new_send_continues_it() {
-    let (fake, env, daemon) = setup_with(
+fn max_iterations_stops_the_run_and_a_new_send_continues_it(backend: Backend) {
+    let (fake, env, daemon) = setup_with_on(
+        backend,
         "[sessions]\nmax_iterations = 3\n",
         vec![
             read_call("m1", "f1.txt"),
@@ -384,10 +393,10 @@ fn the_run_budget_also_stops_continuations_of_cut_off_replies() {
     assert!((session.cost_usd - 0.0011).abs() < 1e-9, "{session:#?}");
 }
 
-#[test]
-fn the_run_budget_stops_after_the_tool_round_and_resets_per_run() {
+fn the_run_budget_stops_after_the_tool_round_and_resets_per_run(backend: Backend) {
     // Prices: 1 USD per million input tokens, 2 per million output tokens.
-    let (fake, env, daemon) = setup_with(
+    let (fake, env, daemon) = setup_with_on(
+        backend,
         "[sessions]\nmax_run_cost_usd = 0.001\n",
         vec![
             // Run 1: $0.0004, then $0.0007: over the limit after call 2.
@@ -490,9 +499,9 @@ fn an_auth_error_is_not_retried_and_the_next_send_works() {
     );
 }
 
-#[test]
-fn an_agent_step_records_the_whole_text_of_a_continued_reply() {
-    let (fake, env, _daemon) = setup_with(
+fn an_agent_step_records_the_whole_text_of_a_continued_reply(backend: Backend) {
+    let (fake, env, _daemon) = setup_with_on(
+        backend,
         "[sessions]\nmax_continuations = 2\n",
         vec![
             Reply::tool_call("a1", "read", json!({"path": "in.txt"})),
@@ -557,12 +566,11 @@ fn continuations_are_counted_per_reply_not_per_run() {
 
 /// A run a guard stopped is not an answer: `session_send` exits 1 and says
 /// how to go on; a run that ends its turn exits 0.
-#[test]
-fn runs_stopped_by_a_guard_make_session_send_exit_1() {
+fn runs_stopped_by_a_guard_make_session_send_exit_1(backend: Backend) {
     let mut script = vec![read_call("g1", "f.txt")];
     script.extend(["r1", "r2", "r3", "r4"].map(|c| read_call(c, "f.txt")));
     script.push(Reply::text("fine"));
-    let (fake, env, daemon) = setup_with("[sessions]\nmax_iterations = 1\n", script);
+    let (fake, env, daemon) = setup_with_on(backend, "[sessions]\nmax_iterations = 1\n", script);
     let dir = workdir(&env, "ws");
     std::fs::write(dir.join("f.txt"), "x\n").expect("f.txt");
     let id = new_session(&env, &dir);
