@@ -175,11 +175,13 @@ fn a_node_that_lost_its_claim_stops_its_run_and_writes_nothing_more() {
     let id = new_session(&a, &dir);
     let mut first = start_send(&a, &id, "count");
     wait_for_text(&mut first, &id);
-    // a's lease runs out while it runs (as if a were paused), and b takes
-    // the session: a hears of it at its next renewal and stops.
+    // a's claim is gone while it runs (as after a lease a paused a let
+    // run out), and b takes the session: a hears of it at its next
+    // renewal and stops. (Revoked rather than expired, so a's renewal
+    // cannot win it back first.)
     pg.sql(
         "sessions",
-        "UPDATE flyto_sessions SET lease_until = now() - interval '1 second'",
+        "UPDATE flyto_sessions SET lease_node = NULL, lease_token = NULL, lease_until = NULL",
     );
     let events = send(&b, &id, "take over");
     assert!(done(&events), "{events:#?}");
