@@ -123,10 +123,21 @@ fn a_session_moves_between_nodes_one_runs_it_at_a_time_and_a_dead_ones_run_is_re
     // Its claim still holds: b must not run the session yet.
     let (code, message) = send_refused(&b, &id, "too early");
     assert_eq!(code, ErrorCode::Conflict, "{message}");
-    // The lease runs out (here at once, rather than after 45 s).
+    // The lease runs out (here at once, rather than after 45 s); the
+    // session then shows as interrupted, not running.
     pg.sql(
         "sessions",
         "UPDATE flyto_sessions SET lease_until = now() - interval '1 second'",
+    );
+    let (session, _) = history(&b, &id);
+    assert_eq!(session.status, "error", "{session:#?}");
+    assert!(
+        session
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("interrupted"),
+        "{session:#?}"
     );
     let events = send(&b, &id, "continue");
     assert!(done(&events), "{events:#?}");

@@ -224,14 +224,17 @@ impl Actor for SessionManager {
                     .list()
                     .map(|all| {
                         let models = state.deps.models();
-                        all.iter()
+                        let mut views: Vec<SessionView> = all
+                            .iter()
                             .map(|r| {
                                 r.view(
                                     r.status == SessionStatus::Running,
                                     super::context::budget(&models, &r.model),
                                 )
                             })
-                            .collect()
+                            .collect();
+                        state.mark_orphaned(&all, &mut views);
+                        views
                     })
                     .map_err(Reject::from);
                 let _ = reply.send(answer);
@@ -500,11 +503,32 @@ impl ManagerState {
             .iter()
             .map(|x| x.view())
             .collect();
-        Ok((
-            rec.view(running, self.deps.budget(&rec.model)),
-            messages,
-            summary,
-            extractions,
-        ))
+        let mut view = [rec.view(running, self.deps.budget(&rec.model))];
+        self.mark_orphaned(std::slice::from_ref(&rec), &mut view);
+        let [view] = view;
+        Ok((view, messages, summary, extractions))
+    }
+
+    /// On a shared store, a session stored `running` whose node died shows
+    /// as what it is: interrupted, to be repaired by the next message.
+    /// Only the view: the record is repaired under a claim.
+    fn mark_orphaned(&self, recs: &[SessionRecord], views: &mut [SessionView]) {
+        let running: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.status == SessionStatus::Running)
+            .map(|r| r.id)
+            .collect();
+        let Ok(orphaned) = self.deps.store.orphaned(&running) else {
+            return;
+        };
+        for (rec, view) in recs.iter().zip(views.iter_mut()) {
+            if orphaned.contains(&rec.id) {
+                view.status = "error".into();
+                view.error = Some(
+                    "interrupted: the node that ran it stopped; send a message to continue (its transcript is repaired first)"
+                        .into(),
+                );
+            }
+        }
     }
 }

@@ -493,6 +493,26 @@ impl SessionStore for SharedSessionStore {
         self.block(self.do_claim(id))
     }
 
+    fn orphaned(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+        self.block(async {
+            let rows = self
+                .client()
+                .await?
+                .query(
+                    "SELECT id FROM flyto_sessions
+                     WHERE id = ANY($1) AND (lease_token IS NULL OR lease_until < now())",
+                    &[&ids],
+                )
+                .await
+                .map_err(self.err("reading the sessions' claims"))?;
+            Ok(rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect())
+        })
+    }
+
     fn release(&self, id: u64) {
         let held = self.inner.held.lock().ok().and_then(|mut h| h.remove(&id));
         if let Some(c) = held

@@ -76,6 +76,11 @@ pub trait SessionStore: Send + Sync + 'static {
     }
     /// Gives the claim back (the run ended, the change is written).
     fn release(&self, _id: u64) {}
+    /// Of `ids` (sessions stored `running`), those no live node holds: a
+    /// node died running them, and the next claim repairs them.
+    fn orphaned(&self, _ids: &[u64]) -> Result<Vec<u64>, StoreError> {
+        Ok(Vec::new())
+    }
 }
 
 /// What [`SessionStore::claim`] got.
