@@ -18,7 +18,9 @@ use super::model::{
     EXTRACTION_FORMAT_VERSION, ExtractionRecord, MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION,
     SessionRecord, StoredMessage, format_id,
 };
-use super::store::{Claim, SessionStore, decode_extraction, decode_message, decode_session};
+use super::store::{
+    Claim, SessionStore, appended, decode_extraction, decode_message, decode_session,
+};
 use crate::llm::Message;
 use crate::store::postgres::Shared;
 use crate::store::postgres::claims::{HEARTBEAT_EVERY, LEASE, SELF_FENCE_AFTER};
@@ -170,20 +172,11 @@ impl SharedSessionStore {
         if n == 0 {
             return Err(self.fenced(record.id));
         }
-        let first = record.next_idx.saturating_sub(messages.len() as u64);
-        for (i, m) in messages.iter().enumerate() {
-            let stored = StoredMessage {
-                message: m.clone(),
-                created_ms: record.updated_ms,
-            };
+        for (idx, bytes) in appended(record, messages) {
             tx.execute(
                 "INSERT INTO flyto_session_messages (session, idx, record) VALUES ($1, $2, $3)
                  ON CONFLICT (session, idx) DO UPDATE SET record = EXCLUDED.record",
-                &[
-                    &id,
-                    &((first + i as u64) as i64),
-                    &encode_record(MESSAGE_FORMAT_VERSION, &stored),
-                ],
+                &[&id, &(idx as i64), &bytes],
             )
             .await
             .map_err(self.err("writing a session's messages"))?;

@@ -137,6 +137,26 @@ fn extraction_prefix(id: u64) -> Vec<u8> {
     k
 }
 
+/// The messages a [`SessionStore::save`] appends, as every backend stores
+/// them: (index, encoded message), the last at `record.next_idx - 1`,
+/// each stamped with the record's `updated_ms`.
+pub fn appended<'a>(
+    record: &'a SessionRecord,
+    messages: &'a [Message],
+) -> impl Iterator<Item = (u64, Vec<u8>)> + 'a {
+    let first = record.next_idx.saturating_sub(messages.len() as u64);
+    messages.iter().enumerate().map(move |(i, m)| {
+        let stored = StoredMessage {
+            message: m.clone(),
+            created_ms: record.updated_ms,
+        };
+        (
+            first + i as u64,
+            encode_record(MESSAGE_FORMAT_VERSION, &stored),
+        )
+    })
+}
+
 /// A session record as any backend stores it.
 pub fn decode_session(bytes: &[u8]) -> Result<SessionRecord, StoreError> {
     decode_record(
@@ -212,16 +232,8 @@ impl SessionStore for SledSessionStore {
             record_key(record.id),
             encode_record(SESSION_FORMAT_VERSION, record),
         );
-        let first = record.next_idx.saturating_sub(messages.len() as u64);
-        for (i, m) in messages.iter().enumerate() {
-            let stored = StoredMessage {
-                message: m.clone(),
-                created_ms: record.updated_ms,
-            };
-            batch.insert(
-                message_key(record.id, first + i as u64),
-                encode_record(MESSAGE_FORMAT_VERSION, &stored),
-            );
+        for (idx, bytes) in appended(record, messages) {
+            batch.insert(message_key(record.id, idx), bytes);
         }
         if new {
             batch.insert(&b"n"[..], (record.id + 1).to_be_bytes());
