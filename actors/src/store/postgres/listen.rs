@@ -19,6 +19,8 @@ pub struct Listener {
     /// notifications, at every reconnect and poll, not by the others.
     keyed: Keyed,
     reconnects: Arc<AtomicU64>,
+    /// Connections that got to LISTEN (and woke everyone after).
+    connects: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -100,11 +102,13 @@ impl Listener {
             .map(|c| (c.to_string(), Arc::new(watch::channel(0).0)))
             .collect();
         let reconnects = Arc::new(AtomicU64::new(0));
+        let connects = Arc::new(AtomicU64::new(0));
         let mut config = shared.config.clone();
         config.application_name("flyto-listen");
         let (target, tls) = (shared.target.clone(), shared.tls.clone());
         let keyed: Keyed = Arc::default();
         let (all, r, keys) = (channels.clone(), reconnects.clone(), keyed.clone());
+        let c = connects.clone();
         let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             let mut first = true;
@@ -154,6 +158,7 @@ impl Listener {
                 first = false;
                 // Whatever was notified while away is lost: look now.
                 wake_all(&all, &keys);
+                c.fetch_add(1, Ordering::SeqCst);
                 loop {
                     tokio::select! {
                         got = rx.recv() => match got {
@@ -176,6 +181,7 @@ impl Listener {
             channels,
             keyed,
             reconnects,
+            connects,
             task,
         }
     }
@@ -227,6 +233,12 @@ impl Listener {
     /// How often the listener had to connect again.
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::SeqCst)
+    }
+
+    /// How often a connection got to LISTEN; counted once it has woken
+    /// every waiter for it.
+    pub fn connects(&self) -> u64 {
+        self.connects.load(Ordering::SeqCst)
     }
 }
 
