@@ -319,7 +319,9 @@ impl SchedulerState {
             }
             let _ = reply.send(answer);
         });
-        self.reader.store.after_sync(then);
+        // The actor holds no lock here: a lone submit is synced and
+        // answered on this thread (the commit thread stays asleep).
+        self.reader.store.after_sync_leading(then);
     }
 
     /// Writes the plan, then publishes its view once synced.

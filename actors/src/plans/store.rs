@@ -44,6 +44,12 @@ pub trait PlanStore: Send + Sync + 'static {
     fn count(&self, state: PlanState) -> Result<u64, StoreError>;
     /// Runs `then` once every write so far is durable (group commit).
     fn after_sync(&self, then: AfterSync);
+    /// Like `after_sync`; a lone writer may make its write durable and run
+    /// `then` on the calling thread before this returns (see
+    /// `Store::after_sync_leading`).
+    fn after_sync_leading(&self, then: AfterSync) {
+        self.after_sync(then);
+    }
     fn sync_blocking(&self) -> Result<(), StoreError>;
     fn size_on_disk(&self) -> u64;
     /// Disk syncs the store has made since it opened.
@@ -580,6 +586,10 @@ impl PlanStore for SledPlanStore {
 
     fn after_sync(&self, then: AfterSync) {
         self.store.after_sync(then);
+    }
+
+    fn after_sync_leading(&self, then: AfterSync) {
+        self.store.after_sync_leading(then);
     }
 
     fn sync_blocking(&self) -> Result<(), StoreError> {

@@ -31,6 +31,16 @@
 //!
 //! Within a group, a key written several times is written to sled once.
 //!
+//! A lone writer may commit its own group instead ([`Log::after_sync_leading`]):
+//! when the commit thread sleeps with nothing to do and the disk is fast,
+//! the writer takes the buffer, writes and syncs it and runs the ready
+//! continuations itself, sparing the acknowledgement the wake-up of the
+//! commit thread (on a VM, a wake-up of an idle CPU costs tens of
+//! microseconds). Whoever commits holds the [`Wal`] lock, which orders the
+//! groups in the WAL, their continuations and their applies; a led group
+//! is left in `Wal::committed` for the commit thread to apply to sled
+//! (within [`APPLY_DELAY`], many groups at once) before anything newer.
+//!
 //! The thread never spins: it sleeps on a condition variable, and writers
 //! wake it only when what it waits for is there (see [`Wake`]). After a
 //! group of several records (concurrent writers), it waits up to
@@ -59,6 +69,16 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// The longest the commit thread holds a sync back to gather more records
 /// after a group of several (see [`Writer::gather`]).
 const GATHER_MAX: Duration = Duration::from_micros(500);
+/// How long records committed by a leading writer may wait to be applied
+/// to sled (the overlay serves them meanwhile).
+const APPLY_DELAY: Duration = Duration::from_millis(20);
+/// Committed but unapplied bytes past which a leading writer wakes the
+/// commit thread to apply them at once.
+const APPLY_BACKLOG_MAX: usize = 256 << 10;
+/// A writer leads a sync only while a WAL write + `fdatasync` takes less
+/// than this (smoothed): on a slow disk, blocking a runtime thread for the
+/// sync costs more than waking the commit thread.
+const LEAD_MAX_SYNC: Duration = Duration::from_millis(2);
 
 thread_local! {
     /// Records in the group whose continuations the commit thread is
@@ -72,6 +92,18 @@ thread_local! {
 /// batched writes are cheaper.
 pub fn lone_writer() -> bool {
     GROUP_RECORDS.with(|n| n.get() == 1)
+}
+
+/// Whether the commit thread sleeps with nothing to do (a writer may lead).
+#[cfg(test)]
+pub(super) fn idle(log: &Log) -> bool {
+    lock(&log.pending).wake == Wake::Any
+}
+
+/// Writes not yet applied to sled.
+#[cfg(test)]
+pub(super) fn overlay_len(log: &Log) -> usize {
+    log.overlay_len.load(Ordering::SeqCst)
 }
 
 /// A poisoned lock only means another thread panicked while holding it;
@@ -96,8 +128,20 @@ pub(super) struct Log {
     overlay_len: AtomicUsize,
     /// Writes made on sled directly.
     legacy_written: AtomicU64,
-    /// `fdatasync` and `fsync` calls the commit thread has made (WAL
-    /// groups and checkpoints), for `stats`.
+    /// Held by whoever commits a group (see [`Wal`]); taken after
+    /// `pending` only with `try_lock`.
+    wal: Mutex<Wal>,
+    /// Mirrors of `Wal::pos` and of the length of `Wal::committed`, for
+    /// the commit thread's timers.
+    wal_pos: AtomicU64,
+    committed_len: AtomicUsize,
+    /// Direct sled writes (`legacy_written`) covered by the last
+    /// checkpoint.
+    legacy_synced: AtomicU64,
+    /// A WAL write + `fdatasync`, smoothed, in ns.
+    sync_ns: AtomicU64,
+    /// `fdatasync` and `fsync` calls made so far (WAL groups and
+    /// checkpoints), for `stats`.
     syncs: AtomicU64,
     failed: AtomicBool,
     failure: Mutex<Option<Arc<StoreError>>>,
@@ -121,6 +165,19 @@ struct Pending {
     wake: Wake,
     /// The last `Store` is gone: commit what is queued, then stop.
     stop: bool,
+}
+
+/// The WAL's writing end, held by whoever commits a group: the commit
+/// thread, or a writer leading a lone sync. Holding it across the write,
+/// the continuations and the apply keeps all three in lsn order.
+pub(super) struct Wal {
+    file: File,
+    /// Where the next group goes.
+    pos: u64,
+    /// Records a leading writer made durable that sled does not have yet;
+    /// the commit thread applies them before anything newer and before a
+    /// checkpoint.
+    committed: Vec<u8>,
 }
 
 /// A continuation and what must be durable before it runs.
@@ -148,7 +205,7 @@ enum Wake {
 }
 
 impl Log {
-    pub(super) fn new(dir: &Path, next_lsn: u64) -> Log {
+    pub(super) fn new(dir: &Path, next_lsn: u64, wal: File) -> Log {
         Log {
             dir: dir.to_path_buf(),
             pending: Mutex::new(Pending {
@@ -164,6 +221,15 @@ impl Log {
             overlay: Mutex::new(HashMap::new()),
             overlay_len: AtomicUsize::new(0),
             legacy_written: AtomicU64::new(0),
+            wal: Mutex::new(Wal {
+                file: wal,
+                pos: 0,
+                committed: Vec::new(),
+            }),
+            wal_pos: AtomicU64::new(0),
+            committed_len: AtomicUsize::new(0),
+            legacy_synced: AtomicU64::new(0),
+            sync_ns: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -282,6 +348,103 @@ impl Log {
             drop(p);
             self.work.notify_one();
         }
+    }
+
+    /// Like [`Log::after_sync`], but when the commit thread sleeps with
+    /// nothing to do (a lone writer), commits on the calling thread and
+    /// runs the ready continuations (`then` among them) before returning.
+    /// The caller must hold nothing a continuation may need, and may block
+    /// for one WAL write and `fdatasync` (only while the disk is fast; see
+    /// [`LEAD_MAX_SYNC`]).
+    pub(super) fn after_sync_leading(&self, then: AfterSync) {
+        let legacy = self.legacy_written.load(Ordering::SeqCst);
+        let mut p = lock(&self.pending);
+        let may_lead = p.wake == Wake::Any
+            && !p.stop
+            && p.checkpoints.is_empty()
+            && legacy <= self.legacy_synced.load(Ordering::SeqCst)
+            && self.sync_ns.load(Ordering::Relaxed) < LEAD_MAX_SYNC.as_nanos() as u64
+            && !self.failed.load(Ordering::SeqCst);
+        #[cfg(test)]
+        let held = self.hold.try_lock();
+        #[cfg(test)]
+        let may_lead = may_lead && held.is_ok();
+        let wal = match may_lead {
+            true => self.wal.try_lock().ok(),
+            false => None,
+        };
+        // Room for the group, and no checkpoint due for the WAL's size.
+        let fits = |w: &Wal| {
+            w.pos < WAL_SIZE / 2 && w.pos + (p.buf.len() + TERMINATOR.len()) as u64 <= WAL_SIZE
+        };
+        let Some(mut wal) = wal.filter(|w| fits(w)) else {
+            drop(p);
+            return self.after_sync(then);
+        };
+        let lsn = p.next_lsn;
+        p.waiters.push_back(Waiter { lsn, legacy, then });
+        let mut group = std::mem::take(&mut p.buf);
+        let (from, upto) = (p.durable, p.next_lsn);
+        // The commit thread stays asleep (`Wake::Any`): writers that come
+        // meanwhile wake it, and it waits for this lock.
+        drop(p);
+        if let Err(e) = self.write_group(&mut wal, &mut group) {
+            tracing::warn!(
+                "cannot write the WAL {}: {e}; the commit thread retries",
+                self.dir.join(wal::WAL_FILE).display()
+            );
+            // Back in front of what came meanwhile, for the commit thread
+            // (which falls back to a checkpoint if the WAL stays unwritable).
+            let mut p = lock(&self.pending);
+            group.extend_from_slice(&p.buf);
+            p.buf = group;
+            return self.notify_busy(p);
+        }
+        let ready: Vec<Waiter> = {
+            let mut p = lock(&self.pending);
+            p.durable = p.durable.max(upto);
+            let synced = self.legacy_synced.load(Ordering::SeqCst);
+            let waits = |w: &Waiter| w.lsn > upto || w.legacy > synced;
+            let n = p.waiters.iter().position(waits).unwrap_or(p.waiters.len());
+            p.waiters.drain(..n).collect()
+        };
+        GROUP_RECORDS.with(|n| n.set(upto - from));
+        for w in ready {
+            run_continuation(w.then, Ok(()));
+        }
+        GROUP_RECORDS.with(|n| n.set(0));
+        let first = wal.committed.is_empty();
+        wal.committed.extend_from_slice(&group);
+        self.committed_len
+            .store(wal.committed.len(), Ordering::SeqCst);
+        let full = wal.committed.len() >= APPLY_BACKLOG_MAX || wal.pos >= WAL_SIZE / 2;
+        drop(wal);
+        // The sleeping commit thread learns of the backlog once, then
+        // applies it on its own timer (APPLY_DELAY), or at once when full.
+        if first || full {
+            self.notify_busy(lock(&self.pending));
+        }
+    }
+
+    /// Writes `records` (framed) at the end of the WAL and syncs it.
+    /// `records` is unchanged on return.
+    fn write_group(&self, wal: &mut Wal, records: &mut Vec<u8>) -> std::io::Result<()> {
+        let len = records.len();
+        records.extend_from_slice(&TERMINATOR);
+        let started = Instant::now();
+        let written = wal.file.write_all_at(records, wal.pos).and_then(|()| {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            wal.file.sync_data()
+        });
+        records.truncate(len);
+        written?;
+        let took = started.elapsed().as_nanos() as u64;
+        let smoothed = self.sync_ns.load(Ordering::Relaxed);
+        self.sync_ns
+            .store((smoothed * 7 + took) / 8, Ordering::Relaxed);
+        wal.pos += len as u64;
+        self.wal_pos.store(wal.pos, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Asks for a commit and a checkpoint; the answer comes on the channel.
@@ -403,24 +566,19 @@ pub(super) struct Committer {
 impl Committer {
     pub(super) fn start(
         log: Arc<Log>,
-        wal: File,
         checkpointer: Checkpointer,
         checkpoint_every: Duration,
     ) -> Result<Committer, StoreError> {
         let writer = Writer {
             db: checkpointer.db.clone(),
             log: log.clone(),
-            wal,
-            pos: 0,
             spare: Vec::new(),
             trees: HashMap::new(),
             checkpointer,
             dirty: false,
-            legacy_synced: 0,
             last_checkpoint: Instant::now(),
             checkpoint_every,
             gather: None,
-            taken: lock(&log.pending).next_lsn,
         };
         let thread = std::thread::Builder::new()
             .name("flyto-commit".into())
@@ -437,6 +595,10 @@ impl Committer {
 
     pub(super) fn after_sync(&self, then: AfterSync) {
         self.log.after_sync(then);
+    }
+
+    pub(super) fn after_sync_leading(&self, then: AfterSync) {
+        self.log.after_sync_leading(then);
     }
 
     /// Commits and checkpoints, waiting for it. Must not be called from a
@@ -484,40 +646,36 @@ struct Gather {
 struct Group {
     /// Every record below this lsn is in `Writer::spare`.
     upto: u64,
+    /// Records in the group (those below `upto` not yet durable).
+    records: u64,
     checkpoints: Vec<mpsc::Sender<Result<(), Arc<StoreError>>>>,
     stop: bool,
 }
 
-/// The commit thread's own state: only it writes the WAL and applies
-/// logged records to sled.
+/// The commit thread's own state: only it applies logged records to sled
+/// and checkpoints.
 struct Writer {
     log: Arc<Log>,
     db: sled::Db,
-    wal: File,
-    /// Where the next group goes in the WAL.
-    pos: u64,
     /// The group being committed (swapped with the pending buffer).
     spare: Vec<u8>,
     trees: HashMap<Vec<u8>, sled::Tree>,
     checkpointer: Checkpointer,
     /// Records were applied to sled since the last checkpoint.
     dirty: bool,
-    legacy_synced: u64,
     last_checkpoint: Instant,
     checkpoint_every: Duration,
     gather: Option<Gather>,
-    /// The lsn the next group starts at.
-    taken: u64,
 }
 
 impl Writer {
     fn run(mut self) {
+        let log = self.log.clone();
         loop {
-            let group = self.wait();
-            let records = group.upto - self.taken;
-            self.taken = group.upto;
+            let (group, mut wal) = self.wait(&log);
+            let records = group.records;
             GROUP_RECORDS.with(|n| n.set(records));
-            let result = self.group(group.upto);
+            let result = self.group(&mut wal, group.upto);
             GROUP_RECORDS.with(|n| n.set(0));
             // Gather the next group only after one of several records: a
             // lone writer (one record per sync) waits for nothing.
@@ -528,34 +686,40 @@ impl Writer {
             if !group.checkpoints.is_empty() {
                 let done = match self.log.failure() {
                     Some(e) => Err(e),
-                    None => self.checkpoint().map_err(Arc::new),
+                    None => self.checkpoint(&mut wal).map_err(Arc::new),
                 };
                 for tx in group.checkpoints {
                     let _ = tx.send(done.clone());
                 }
             }
             if group.stop && lock(&self.log.pending).waiters.is_empty() {
+                if self.log.failure().is_none()
+                    && let Err(e) = self.apply_committed(&mut wal)
+                {
+                    self.log.fail(e);
+                }
                 return;
             }
             let due = self
                 .due_in()
-                .is_some_and(|left| left.is_zero() || self.pos >= WAL_SIZE / 2);
+                .is_some_and(|left| left.is_zero() || wal.pos >= WAL_SIZE / 2);
             if due
                 && self.log.failure().is_none()
-                && let Err(e) = self.checkpoint()
+                && let Err(e) = self.checkpoint(&mut wal)
             {
                 tracing::error!("checkpoint failed (the WAL still holds the writes): {e}");
             }
         }
     }
 
-    /// Sleeps until there is a group to commit, and takes it: the pending
-    /// records go to `spare`. A group is due when a continuation or a
-    /// checkpoint waits (unless gathering), or after a quiet period (writes
-    /// nobody waits for, such as the TTL sweep's, are made durable and
-    /// applied within a period too; a due checkpoint follows).
-    fn wait(&mut self) -> Group {
-        let mut p = lock(&self.log.pending);
+    /// Sleeps until there is a group to commit, and takes it (with the
+    /// WAL lock): the pending records go to `spare`. A group is due when a
+    /// continuation or a checkpoint waits (unless gathering), or after a
+    /// quiet period (writes nobody waits for, such as the TTL sweep's, and
+    /// records a leading writer committed, are applied within a period
+    /// too; a due checkpoint follows).
+    fn wait<'a>(&mut self, log: &'a Log) -> (Group, MutexGuard<'a, Wal>) {
+        let mut p = lock(&log.pending);
         loop {
             let now = Instant::now();
             let until = if p.stop || !p.checkpoints.is_empty() {
@@ -571,16 +735,20 @@ impl Writer {
                     _ => break,
                 }
             } else {
-                // Nobody waits: a gathering that found no one is over.
+                // Nobody waits: a gathering that found no one is over. A
+                // writer may lead the next sync meanwhile (`Wake::Any`).
                 self.gather = None;
                 p.wake = Wake::Any;
-                now + match self.due_in() {
+                let mut left = match self.due_in() {
                     Some(left) => left.max(Duration::from_millis(1)),
                     None => self.checkpoint_every,
+                };
+                if log.committed_len.load(Ordering::SeqCst) > 0 {
+                    left = left.min(APPLY_DELAY);
                 }
+                now + left
             };
-            let (guard, timeout) = self
-                .log
+            let (guard, timeout) = log
                 .work
                 .wait_timeout(p, until.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner());
@@ -593,23 +761,33 @@ impl Writer {
                 self.gather = None;
             }
         }
+        // `Wake::Busy` keeps writers from leading; one that leads already
+        // holds the WAL lock, and its group comes before this one.
+        drop(p);
+        let wal = lock(&log.wal);
+        let mut p = lock(&log.pending);
         std::mem::swap(&mut p.buf, &mut self.spare);
-        Group {
+        let group = Group {
             upto: p.next_lsn,
+            records: p.next_lsn.saturating_sub(p.durable),
             checkpoints: std::mem::take(&mut p.checkpoints),
             stop: p.stop,
-        }
+        };
+        (group, wal)
     }
 
     /// Writes made on sled directly since the last checkpoint.
     fn legacy_unsynced(&self) -> bool {
-        self.log.legacy_written.load(Ordering::SeqCst) > self.legacy_synced
+        self.log.legacy_written.load(Ordering::SeqCst)
+            > self.log.legacy_synced.load(Ordering::SeqCst)
     }
 
     /// Time left before a checkpoint is due, if anything needs one.
     fn due_in(&self) -> Option<Duration> {
         let legacy = self.legacy_unsynced();
-        (self.dirty || legacy || self.pos >= WAL_SIZE / 2).then(|| {
+        let full = self.log.wal_pos.load(Ordering::SeqCst) >= WAL_SIZE / 2;
+        let unapplied = self.log.committed_len.load(Ordering::SeqCst) > 0;
+        (self.dirty || legacy || full || unapplied).then(|| {
             self.checkpoint_every
                 .saturating_sub(self.last_checkpoint.elapsed())
         })
@@ -619,21 +797,22 @@ impl Writer {
     /// that waits for nothing newer, including those queued meanwhile (a
     /// writer that appends and then queues two continuations, publish and
     /// reply, gets both run after one commit), then applies the group to
-    /// sled.
-    fn group(&mut self, upto: u64) -> Result<(), Arc<StoreError>> {
+    /// sled (after what leading writers committed).
+    fn group(&mut self, wal: &mut Wal, upto: u64) -> Result<(), Arc<StoreError>> {
         #[cfg(test)]
         drop(lock(&self.log.hold));
         let result = match self.log.failure() {
             Some(e) => Err(e),
-            None => self.commit(),
+            None => self.commit(wal),
         };
         let ready: Vec<Waiter> = {
             let mut p = lock(&self.log.pending);
             if result.is_ok() {
-                p.durable = upto;
+                p.durable = p.durable.max(upto);
             }
             // After an error the store has failed: everyone gets it.
-            let waits = |w: &Waiter| w.lsn > upto || w.legacy > self.legacy_synced;
+            let synced = self.log.legacy_synced.load(Ordering::SeqCst);
+            let waits = |w: &Waiter| w.lsn > upto || w.legacy > synced;
             let n = match &result {
                 Ok(()) => p.waiters.iter().position(waits).unwrap_or(p.waiters.len()),
                 Err(_) => p.waiters.len(),
@@ -646,11 +825,16 @@ impl Writer {
         // Off the acknowledgement path: the overlay serves reads until sled
         // has the records. (After an error the store has failed: nothing
         // more reaches sled.)
-        if result.is_ok()
-            && !self.spare.is_empty()
-            && let Err(e) = self.apply_spare()
-        {
-            self.log.fail(e);
+        if result.is_ok() {
+            let applied = self.apply_committed(wal).and_then(|()| {
+                let spare = std::mem::take(&mut self.spare);
+                let applied = self.apply(&spare);
+                self.spare = spare;
+                applied
+            });
+            if let Err(e) = applied {
+                self.log.fail(e);
+            }
         }
         self.spare.clear();
         if self.spare.capacity() > 1 << 20 {
@@ -661,25 +845,15 @@ impl Writer {
 
     /// Makes every record appended so far durable. The records stay in
     /// `spare` to be applied to sled, unless this already did.
-    fn commit(&mut self) -> Result<(), Arc<StoreError>> {
+    fn commit(&mut self, wal: &mut Wal) -> Result<(), Arc<StoreError>> {
         let legacy = self.legacy_unsynced();
-        let fits = self.pos + (self.spare.len() + TERMINATOR.len()) as u64 <= WAL_SIZE;
+        let fits = wal.pos + (self.spare.len() + TERMINATOR.len()) as u64 <= WAL_SIZE;
         if !legacy && fits {
             if self.spare.is_empty() {
                 return Ok(());
             }
-            let len = self.spare.len();
-            self.spare.extend_from_slice(&TERMINATOR);
-            let written = self.wal.write_all_at(&self.spare, self.pos).and_then(|()| {
-                self.log.syncs.fetch_add(1, Ordering::Relaxed);
-                self.wal.sync_data()
-            });
-            self.spare.truncate(len);
-            match written {
-                Ok(()) => {
-                    self.pos += len as u64;
-                    return Ok(());
-                }
+            match self.log.write_group(wal, &mut self.spare) {
+                Ok(()) => return Ok(()),
                 Err(e) => tracing::error!(
                     "cannot write the WAL {}: {e}; checkpointing instead",
                     self.log.dir.join(wal::WAL_FILE).display()
@@ -687,19 +861,41 @@ impl Writer {
             }
         }
         // sled directly: apply the records, then flush and sync it.
-        if let Err(e) = self.apply_spare() {
+        let spare = std::mem::take(&mut self.spare);
+        let applied = self.apply_committed(wal).and_then(|()| self.apply(&spare));
+        self.spare = spare;
+        if let Err(e) = applied {
             return Err(self.log.fail(e));
         }
         self.spare.clear();
-        self.checkpoint().map_err(|e| self.log.fail(e))
+        self.checkpoint(wal).map_err(|e| self.log.fail(e))
     }
 
-    /// Applies the records in `spare` to sled (each tree's lsn key after
+    /// Applies what leading writers committed (it precedes anything the
+    /// commit thread takes next).
+    fn apply_committed(&mut self, wal: &mut Wal) -> Result<(), StoreError> {
+        if wal.committed.is_empty() {
+            return Ok(());
+        }
+        let committed = std::mem::take(&mut wal.committed);
+        let applied = self.apply(&committed);
+        // Keep the buffer for the next leaders unless a burst grew it.
+        if committed.capacity() <= APPLY_BACKLOG_MAX * 2 {
+            wal.committed = committed;
+            wal.committed.clear();
+        }
+        self.log.committed_len.store(0, Ordering::SeqCst);
+        applied
+    }
+
+    /// Applies the records in `records` to sled (each tree's lsn key after
     /// its records) and drops them from the overlay. A key written several
-    /// times in the group is written to sled once, with its last value: a
-    /// crash in the middle replays the whole group anyway (its lsn keys
-    /// come last).
-    fn apply_spare(&mut self) -> Result<(), StoreError> {
+    /// times in them is written to sled once, with its last value: a crash
+    /// in the middle replays them all anyway (their lsn keys come last).
+    fn apply(&mut self, records: &[u8]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let sled_err = |source| StoreError::Sled {
             path: self.log.dir.clone(),
             source,
@@ -708,7 +904,7 @@ impl Writer {
         let mut last: HashMap<&[u8], (u64, Writes<'_>)> = HashMap::new();
         let mut off = 0;
         loop {
-            let (rec, next) = match wal::frame_at(&self.spare, off) {
+            let (rec, next) = match wal::frame_at(records, off) {
                 Frame::Record(rec, next) => (rec, next),
                 Frame::End => break,
                 Frame::Torn(why) => {
@@ -745,7 +941,7 @@ impl Writer {
         let mut overlay = lock(&self.log.overlay);
         let mut removed = 0;
         let mut off = 0;
-        while let Frame::Record(rec, next) = wal::frame_at(&self.spare, off) {
+        while let Frame::Record(rec, next) = wal::frame_at(records, off) {
             if let Some(writes) = overlay.get_mut(rec.tree) {
                 for (k, _) in &rec.ops {
                     if writes.get(*k).is_some_and(|(lsn, _)| *lsn == rec.lsn) {
@@ -761,16 +957,19 @@ impl Writer {
     }
 
     /// Checkpoints, then starts the WAL over at offset 0. Everything in the
-    /// WAL has been applied to sled (this thread applies each group right
-    /// after writing it), so the checkpoint covers it all.
-    fn checkpoint(&mut self) -> Result<(), StoreError> {
+    /// WAL has been applied to sled by then (this thread applies each group
+    /// right after writing it, and what leading writers committed first),
+    /// so the checkpoint covers it all.
+    fn checkpoint(&mut self, wal: &mut Wal) -> Result<(), StoreError> {
+        self.apply_committed(wal)?;
         let legacy = self.log.legacy_written.load(Ordering::SeqCst);
         let syncs = self.checkpointer.run()?;
         self.log.syncs.fetch_add(syncs, Ordering::Relaxed);
-        tracing::debug!(wal_bytes = self.pos, "checkpoint");
-        self.legacy_synced = legacy;
+        tracing::debug!(wal_bytes = wal.pos, "checkpoint");
+        self.log.legacy_synced.store(legacy, Ordering::SeqCst);
         self.dirty = false;
-        self.pos = 0;
+        wal.pos = 0;
+        self.log.wal_pos.store(0, Ordering::SeqCst);
         self.last_checkpoint = Instant::now();
         Ok(())
     }

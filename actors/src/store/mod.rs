@@ -190,8 +190,8 @@ impl Store {
             .last_lsn
             .unwrap_or(0)
             .max(wal::max_tree_lsn(&db).map_err(sled_err)?);
-        let log = Arc::new(Log::new(dir, known + wal::WAL_SIZE + 1));
-        let committer = Committer::start(log.clone(), wal_file, checkpointer, checkpoint_every)?;
+        let log = Arc::new(Log::new(dir, known + wal::WAL_SIZE + 1, wal_file));
+        let committer = Committer::start(log.clone(), checkpointer, checkpoint_every)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
@@ -290,6 +290,15 @@ impl Store {
     /// callers share one WAL `fdatasync` (group commit). Returns at once.
     pub fn after_sync(&self, then: AfterSync) {
         self.inner.committer.after_sync(then);
+    }
+
+    /// Like [`Store::after_sync`], but a lone writer (the commit thread
+    /// idle, the disk fast) commits on the calling thread and runs `then`
+    /// before this returns, which spares the acknowledgement a thread
+    /// wake-up. Call it only where blocking for one `fdatasync` is fine
+    /// and no lock is held that a continuation may take.
+    pub fn after_sync_leading(&self, then: AfterSync) {
+        self.inner.committer.after_sync_leading(then);
     }
 
     /// Waits until everything written so far is durable (the async form

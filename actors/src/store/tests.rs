@@ -536,3 +536,128 @@ fn every_continuation_runs_after_its_write_is_in_the_log() {
         "continuations ran before their write was in the log: {missing:?}"
     );
 }
+
+#[test]
+fn a_lone_writer_syncs_on_its_own_thread_and_survives_a_crash() {
+    use super::testutil::{wait_applied, wait_committer_idle};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    wait_committer_idle(&store);
+    let before = store.disk_syncs();
+    put(&store, "plans", "a", b"1");
+    let ran_on = Arc::new(Mutex::new(None));
+    let seen = ran_on.clone();
+    store.after_sync_leading(Box::new(move |r| {
+        r.unwrap();
+        *seen.lock().unwrap() = Some(std::thread::current().id());
+    }));
+    // Answered before the call returned, on the writer's own thread.
+    assert_eq!(
+        *ran_on.lock().unwrap(),
+        Some(std::thread::current().id()),
+        "the continuation did not run on the leading writer"
+    );
+    assert_eq!(store.disk_syncs() - before, 1);
+    crash_copy(&live, &crashed);
+    // The commit thread applies it to sled later, on its own.
+    wait_applied(&store);
+    assert_eq!(get(&store, "plans", "a"), Some(b"1".to_vec()));
+    drop(store);
+    assert_eq!(sled_only(&crashed, "plans", "a"), None);
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 1, "{:?}", store.recovery());
+    assert_eq!(get(&store, "plans", "a"), Some(b"1".to_vec()));
+}
+
+#[test]
+fn what_a_leader_committed_reaches_sled_before_later_writes_of_the_same_key() {
+    use super::testutil::{wait_applied, wait_committer_idle};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let store = open_no_checkpoint(&dir);
+    let t = store.tree("t").unwrap();
+    for round in 0..20u32 {
+        wait_committer_idle(&store);
+        put(&store, "t", "k", format!("led {round}").as_bytes());
+        store.after_sync_leading(Box::new(|r| r.unwrap()));
+        // The next value goes through the commit thread, which must apply
+        // the led record first.
+        put(&store, "t", "k", format!("last {round}").as_bytes());
+        wait_durable(&store);
+        wait_applied(&store);
+        assert_eq!(
+            t.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(format!("last {round}").into_bytes()),
+            "round {round}: sled ended with an older value"
+        );
+    }
+    drop(t);
+    drop(store);
+    let store = open_no_checkpoint(&dir);
+    assert_eq!(get(&store, "t", "k"), Some(b"last 19".to_vec()));
+}
+
+#[test]
+fn a_writer_does_not_lead_while_the_commit_thread_is_busy() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    let held = hold_commits(&store);
+    put(&store, "t", "a", b"1");
+    let ran = Arc::new(AtomicBool::new(false));
+    let seen = ran.clone();
+    store.after_sync_leading(Box::new(move |r| {
+        r.unwrap();
+        seen.store(true, Ordering::SeqCst);
+    }));
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "answered before anything could be durable"
+    );
+    drop(held);
+    wait_durable(&store);
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+#[test]
+fn leading_and_queued_writers_together_lose_nothing_and_answer_in_order() {
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = Store::open_with(&live, 8 << 20, std::time::Duration::from_millis(30)).unwrap();
+    std::thread::scope(|s| {
+        for w in 0..6 {
+            let store = store.clone();
+            s.spawn(move || {
+                let answered = Arc::new(Mutex::new(Vec::new()));
+                for i in 0..150 {
+                    put(&store, "t", &format!("w{w}-{i}"), b"v");
+                    let answered = answered.clone();
+                    let then: super::AfterSync = Box::new(move |r| {
+                        r.unwrap();
+                        answered.lock().unwrap().push(i);
+                    });
+                    if i % 3 == 0 {
+                        store.after_sync(then);
+                    } else {
+                        store.after_sync_leading(then);
+                    }
+                }
+                wait_durable(&store);
+                let answered = answered.lock().unwrap();
+                assert_eq!(*answered, (0..150).collect::<Vec<_>>(), "writer {w}");
+            });
+        }
+    });
+    crash_copy(&live, &crashed);
+    drop(store);
+    let store = open_no_checkpoint(&crashed);
+    for w in 0..6 {
+        for i in 0..150 {
+            assert_eq!(get(&store, "t", &format!("w{w}-{i}")), Some(b"v".to_vec()));
+        }
+    }
+}

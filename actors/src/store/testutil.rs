@@ -18,6 +18,32 @@ pub(crate) fn hold_commits(store: &Store) -> std::sync::MutexGuard<'_, ()> {
     super::commit::lock(&store.inner.log.hold)
 }
 
+/// Waits (up to 10 s) until the commit thread sleeps with nothing to do,
+/// when a writer may lead its own sync.
+pub(crate) fn wait_committer_idle(store: &Store) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !super::commit::idle(&store.inner.log) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit thread never went idle"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits (up to 10 s) until sled has every write made so far (the overlay
+/// is empty).
+pub(crate) fn wait_applied(store: &Store) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while super::commit::overlay_len(&store.inner.log) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes never reached sled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Waits until every write so far is durable; panics if the sync fails.
 pub(crate) fn wait_durable(store: &Store) {
     let (tx, rx) = mpsc::channel();
