@@ -140,6 +140,10 @@ pub(super) struct Log {
     legacy_synced: AtomicU64,
     /// A WAL write + `fdatasync`, smoothed, in ns.
     sync_ns: AtomicU64,
+    /// Records in the last group committed: a writer leads only after a
+    /// lone one, so concurrent writers keep sharing the commit thread's
+    /// gathered syncs.
+    last_group: AtomicU64,
     /// `fdatasync` and `fsync` calls made so far (WAL groups and
     /// checkpoints), for `stats`.
     syncs: AtomicU64,
@@ -230,6 +234,7 @@ impl Log {
             committed_len: AtomicUsize::new(0),
             legacy_synced: AtomicU64::new(0),
             sync_ns: AtomicU64::new(0),
+            last_group: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -364,6 +369,7 @@ impl Log {
             && p.checkpoints.is_empty()
             && legacy <= self.legacy_synced.load(Ordering::SeqCst)
             && self.sync_ns.load(Ordering::Relaxed) < LEAD_MAX_SYNC.as_nanos() as u64
+            && self.last_group.load(Ordering::Relaxed) <= 1
             && !self.failed.load(Ordering::SeqCst);
         #[cfg(test)]
         let held = self.hold.try_lock();
@@ -408,6 +414,7 @@ impl Log {
             let n = p.waiters.iter().position(waits).unwrap_or(p.waiters.len());
             p.waiters.drain(..n).collect()
         };
+        self.last_group.store(upto - from, Ordering::Relaxed);
         GROUP_RECORDS.with(|n| n.set(upto - from));
         for w in ready {
             run_continuation(w.then, Ok(()));
@@ -674,6 +681,9 @@ impl Writer {
         loop {
             let (group, mut wal) = self.wait(&log);
             let records = group.records;
+            if records > 0 {
+                self.log.last_group.store(records, Ordering::Relaxed);
+            }
             GROUP_RECORDS.with(|n| n.set(records));
             let result = self.group(&mut wal, group.upto);
             GROUP_RECORDS.with(|n| n.set(0));

@@ -661,3 +661,40 @@ fn leading_and_queued_writers_together_lose_nothing_and_answer_in_order() {
         }
     }
 }
+
+#[test]
+fn after_a_group_of_several_writers_the_next_one_does_not_lead_until_one_is_alone() {
+    use super::testutil::wait_committer_idle;
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    let me = std::thread::current().id();
+    let lead = |key: &str| {
+        wait_committer_idle(&store);
+        put(&store, "t", key, b"v");
+        let ran_on = Arc::new(Mutex::new(None));
+        let seen = ran_on.clone();
+        store.after_sync_leading(Box::new(move |r| {
+            r.unwrap();
+            *seen.lock().unwrap() = Some(std::thread::current().id());
+        }));
+        wait_durable(&store);
+        let ran_on = *ran_on.lock().unwrap();
+        ran_on == Some(me)
+    };
+    assert!(lead("alone"), "a lone writer on an idle store leads");
+    // Several writers share a group while the commit thread is held.
+    let held = hold_commits(&store);
+    for i in 0..5 {
+        put(&store, "t", &format!("k{i}"), b"v");
+        store.after_sync(Box::new(|r| r.unwrap()));
+    }
+    drop(held);
+    wait_durable(&store);
+    assert!(
+        !lead("after the crowd"),
+        "led right after a group of several"
+    );
+    // That group was a lone one: the next writer leads again.
+    assert!(lead("alone again"));
+}

@@ -400,6 +400,16 @@ fn at_most(name: &str, value: f64, unit: &str, baseline: &str, target: f64) -> S
 
 /// utime + stime of a process (all its threads, exited ones included)
 /// from /proc/<pid>/stat, in nanoseconds (clock-tick resolution).
+/// Minor page faults of `pid` so far (/proc/<pid>/stat field 10).
+fn minor_faults(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    rest.split_whitespace()
+        .nth(7)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn stat_cpu_ns(pid: i32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name, which is in parentheses and may
@@ -915,6 +925,52 @@ fn fdatasync_rate(dir: &Path, secs: f64) -> anyhow::Result<(u64, f64, Vec<u64>, 
     Ok((n, n as f64 / elapsed, lat, cpu))
 }
 
+/// What sled alone costs per record flytod applies: the plan records
+/// flytod stored in `state_db` (flytod stopped), inserted `n` times under
+/// new sequential keys into a fresh sled in `scratch`, configured as
+/// flytod's (32 MB cache, flushed about as often as flytod checkpoints).
+/// Returns this process's CPU per insert (sled's own threads included, ns)
+/// and the records' mean length.
+fn sled_insert_baseline(state_db: &Path, scratch: &Path, n: u64) -> anyhow::Result<(u64, usize)> {
+    let records: Vec<sled::IVec> = {
+        let db = sled::Config::new()
+            .path(state_db)
+            .open()
+            .with_context(|| format!("open {} (is flytod stopped?)", state_db.display()))?;
+        let tree = db.open_tree("plans")?;
+        tree.scan_prefix(b"r")
+            .values()
+            .take(1000)
+            .collect::<Result<_, _>>()?
+    };
+    if records.is_empty() {
+        bail!("no plan records in {}", state_db.display());
+    }
+    let mean = records.iter().map(|r| r.len()).sum::<usize>() / records.len();
+    let path = scratch.join("sled-baseline");
+    let db = sled::Config::new()
+        .path(&path)
+        .cache_capacity(32 << 20)
+        .mode(sled::Mode::HighThroughput)
+        .flush_every_ms(None)
+        .open()?;
+    let tree = db.open_tree("plans")?;
+    let cpu = own_cpu_ns();
+    for i in 0..n {
+        let mut key = [b'r'; 9];
+        key[1..].copy_from_slice(&i.to_be_bytes());
+        tree.insert(key, records[i as usize % records.len()].clone())?;
+        if i % 30_000 == 29_999 {
+            db.flush()?;
+        }
+    }
+    let cpu = own_cpu_ns().saturating_sub(cpu);
+    drop(tree);
+    drop(db);
+    std::fs::remove_dir_all(&path)?;
+    Ok((cpu / n.max(1), mean))
+}
+
 /// Acks completed by `clients` threads within `secs`; acks per second.
 fn submit_rate(env: &TestEnv, clients: usize, secs: f64) -> anyhow::Result<(u64, f64, Vec<u64>)> {
     let barrier = Arc::new(Barrier::new(clients + 1));
@@ -973,12 +1029,16 @@ struct SubmitCase {
     own: u64,
     /// flytod's disk syncs (its counter, through `stats`).
     syncs: u64,
+    /// flytod's minor page faults.
+    faults: u64,
 }
 
 fn submit_case(env: &TestEnv, pid: i32, clients: usize, secs: f64) -> anyhow::Result<SubmitCase> {
     let before = stats(&mut env.client())?;
     let (cpu, stat_cpu, own) = (cpu_ns(pid), stat_cpu_ns(pid), own_cpu_ns());
+    let faults = minor_faults(pid);
     let (acks, rate, lat) = submit_rate(env, clients, secs)?;
+    let faults = minor_faults(pid).saturating_sub(faults);
     let (cpu, stat_cpu, own) = (
         cpu_ns(pid).saturating_sub(cpu),
         stat_cpu_ns(pid).saturating_sub(stat_cpu),
@@ -995,6 +1055,7 @@ fn submit_case(env: &TestEnv, pid: i32, clients: usize, secs: f64) -> anyhow::Re
         stat_cpu,
         own,
         syncs: after.disk_syncs.saturating_sub(before.disk_syncs),
+        faults,
     })
 }
 
@@ -1046,7 +1107,7 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
             verdict(ratio >= target)
         );
         println!(
-            "submit_plan {clients} client{plural} detail: latency p50 {} p90 {} p99 {} p99.9 {} mean {}, {} acks, {} plans pending at the start, flytod CPU {} per ack, {} disk syncs ({:.3} per ack)",
+            "submit_plan {clients} client{plural} detail: latency p50 {} p90 {} p99 {} p99.9 {} mean {}, {} acks, {} plans pending at the start, flytod CPU {} per ack, {} disk syncs ({:.3} per ack), {:.2} minor page faults per ack",
             us(percentile(&c.lat, 0.5)),
             us(percentile(&c.lat, 0.9)),
             us(percentile(&c.lat, 0.99)),
@@ -1057,6 +1118,7 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
             us(c.cpu / n),
             c.syncs,
             c.syncs as f64 / n as f64,
+            c.faults as f64 / n as f64,
         );
         // What bounds the rate when the disk does not: every ack costs
         // CPU in flytod and in the clients, and there are only so many
@@ -1113,6 +1175,21 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
     );
     drop(client);
     daemon.terminate();
+    // Where the many-clients figure goes: sled's share is a floor this
+    // daemon cannot go below while it keeps plans in sled.
+    if let Some(many) = cases.iter().find(|c| c.clients > 1) {
+        let n = many.acks.clamp(10_000, 200_000);
+        let (sled_ns, mean) = sled_insert_baseline(&env.state.join("db"), disk, n)?;
+        let per_ack = many.stat_cpu as f64 / many.acks.max(1) as f64;
+        figures.push(format!(
+            "{} clients: of flytod's {:.1}us per ack, sled alone costs {} per record ({n} inserts of flytod's own plan records, mean {mean} bytes, in this process: {}); the rest {:.1}us",
+            many.clients,
+            per_ack / 1000.0,
+            us(sled_ns),
+            "the same sled config, on the same filesystem",
+            (per_ack - sled_ns as f64) / 1000.0,
+        ));
+    }
     Ok(figures)
 }
 
