@@ -153,6 +153,9 @@ pub(super) struct Log {
     /// durable (see `testutil::hold_commits`).
     #[cfg(test)]
     pub(super) hold: Mutex<()>,
+    /// Set by a test: the next WAL write a leading writer makes fails.
+    #[cfg(test)]
+    pub(super) fail_lead_write: AtomicBool,
 }
 
 struct Pending {
@@ -240,6 +243,8 @@ impl Log {
             failure: Mutex::new(None),
             #[cfg(test)]
             hold: Mutex::new(()),
+            #[cfg(test)]
+            fail_lead_write: AtomicBool::new(false),
         }
     }
 
@@ -394,7 +399,18 @@ impl Log {
         // The commit thread stays asleep (`Wake::Any`): writers that come
         // meanwhile wake it, and it waits for this lock.
         drop(p);
-        if let Err(e) = self.write_group(&mut wal, &mut group) {
+        #[cfg(test)]
+        let injected = self
+            .fail_lead_write
+            .swap(false, Ordering::SeqCst)
+            .then(|| std::io::Error::other("injected by a test"));
+        #[cfg(not(test))]
+        let injected = None;
+        let written = match injected {
+            Some(e) => Err(e),
+            None => self.write_group(&mut wal, &mut group),
+        };
+        if let Err(e) = written {
             tracing::warn!(
                 "cannot write the WAL {}: {e}; the commit thread retries",
                 self.dir.join(wal::WAL_FILE).display()

@@ -698,3 +698,35 @@ fn after_a_group_of_several_writers_the_next_one_does_not_lead_until_one_is_alon
     // That group was a lone one: the next writer leads again.
     assert!(lead("alone again"));
 }
+
+#[test]
+fn a_leader_whose_wal_write_fails_hands_its_group_to_the_commit_thread() {
+    use super::testutil::{fail_next_lead_write, wait_committer_idle};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    wait_committer_idle(&store);
+    put(&store, "t", "a", b"1");
+    fail_next_lead_write(&store);
+    let answer = Arc::new(Mutex::new(None));
+    let seen = answer.clone();
+    store.after_sync_leading(Box::new(move |r| {
+        *seen.lock().unwrap() = Some((r.is_ok(), std::thread::current().id()));
+    }));
+    // Then a write made after it, which must land after it.
+    put(&store, "t", "a", b"2");
+    wait_durable(&store);
+    let (ok, thread) = answer.lock().unwrap().expect("answered");
+    assert!(ok, "the retried group failed");
+    assert_ne!(
+        thread,
+        std::thread::current().id(),
+        "answered before durable"
+    );
+    crash_copy(&live, &crashed);
+    drop(store);
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 2, "{:?}", store.recovery());
+    assert_eq!(get(&store, "t", "a"), Some(b"2".to_vec()));
+}

@@ -31,6 +31,15 @@ pub(crate) fn wait_committer_idle(store: &Store) {
     }
 }
 
+/// Makes the next WAL write of a leading writer fail.
+pub(crate) fn fail_next_lead_write(store: &Store) {
+    store
+        .inner
+        .log
+        .fail_lead_write
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Waits (up to 10 s) until sled has every write made so far (the overlay
 /// is empty).
 pub(crate) fn wait_applied(store: &Store) {

@@ -971,6 +971,52 @@ fn sled_insert_baseline(state_db: &Path, scratch: &Path, n: u64) -> anyhow::Resu
     Ok((cpu / n.max(1), mean))
 }
 
+/// The same request/response traffic as the submit case against a bare
+/// echo server (a thread per connection, no work): `clients` threads each
+/// send a submit's frame and read a `plan_submitted`-sized answer for
+/// `secs`. Returns the server's CPU per round trip (ns) and how many: what
+/// waking and switching costs a server on this machine at that
+/// concurrency, before any work.
+fn echo_round_trips(dir: &Path, clients: usize, secs: f64) -> anyhow::Result<(u64, u64)> {
+    let request = framing::frame(&Request::SubmitPlan {
+        plan: TestEnv::run_plan("true"),
+        idempotency_key: None,
+    })?;
+    let reply = framing::frame(&Response::PlanSubmitted {
+        id: "p123456".into(),
+        duplicate: false,
+    })?;
+    let path = dir.join("echo-many.sock");
+    let server = EchoServer::spawn(&path, reply.len() - 4)?;
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..clients {
+        let mut s = UnixStream::connect(&path)?;
+        let (barrier, done, request) = (barrier.clone(), done.clone(), request.clone());
+        let mut answer = vec![0u8; reply.len()];
+        threads.push(std::thread::spawn(move || -> std::io::Result<()> {
+            barrier.wait();
+            let deadline = Instant::now() + Duration::from_secs_f64(secs);
+            while Instant::now() < deadline {
+                s.write_all(&request)?;
+                s.read_exact(&mut answer)?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }));
+    }
+    let cpu = stat_cpu_ns(server.pid());
+    barrier.wait();
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("echo client thread panicked"))??;
+    }
+    let cpu = stat_cpu_ns(server.pid()).saturating_sub(cpu);
+    let n = done.load(Ordering::Relaxed);
+    Ok((cpu / n.max(1), n))
+}
+
 /// Acks completed by `clients` threads within `secs`; acks per second.
 fn submit_rate(env: &TestEnv, clients: usize, secs: f64) -> anyhow::Result<(u64, f64, Vec<u64>)> {
     let barrier = Arc::new(Barrier::new(clients + 1));
@@ -1175,19 +1221,27 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
     );
     drop(client);
     daemon.terminate();
-    // Where the many-clients figure goes: sled's share is a floor this
-    // daemon cannot go below while it keeps plans in sled.
+    // Where the many-clients figure goes, each part measured in this run:
+    // the traffic itself (a bare echo server), sled's own cost per record
+    // (a floor while plans live in sled), the shared syncs, and the rest.
     if let Some(many) = cases.iter().find(|c| c.clients > 1) {
+        let (echo_ns, trips) = echo_round_trips(env.tmp.path(), many.clients, cli.secs)?;
         let n = many.acks.clamp(10_000, 200_000);
         let (sled_ns, mean) = sled_insert_baseline(&env.state.join("db"), disk, n)?;
-        let per_ack = many.stat_cpu as f64 / many.acks.max(1) as f64;
+        let acks = many.acks.max(1) as f64;
+        let per_ack = many.stat_cpu as f64 / acks;
+        let syncs = many.syncs as f64 * sync_cpu as f64 / acks;
+        let rest = per_ack - echo_ns as f64 - sled_ns as f64 - syncs;
         figures.push(format!(
-            "{} clients: of flytod's {:.1}us per ack, sled alone costs {} per record ({n} inserts of flytod's own plan records, mean {mean} bytes, in this process: {}); the rest {:.1}us",
+            "{} clients: where flytod's {:.1}us per ack go: {} the same frames through a bare echo server ({trips} round trips, its CPU per trip), {} sled alone per record ({n} inserts of flytod's own plan records, mean {mean} bytes, same config and filesystem), {:.1}us the shared syncs ({:.3} per ack at {} each), {:.1}us flytod's own work",
             many.clients,
             per_ack / 1000.0,
+            us(echo_ns),
             us(sled_ns),
-            "the same sled config, on the same filesystem",
-            (per_ack - sled_ns as f64) / 1000.0,
+            syncs / 1000.0,
+            many.syncs as f64 / acks,
+            us(sync_cpu),
+            rest / 1000.0,
         ));
     }
     Ok(figures)
