@@ -408,6 +408,9 @@ impl Log {
         let injected = None;
         let written = match injected {
             Some(e) => Err(e),
+            // Nothing new: with the WAL lock held, every earlier record is
+            // already durable (a failed commit fails the store).
+            None if group.is_empty() => Ok(()),
             None => self.write_group(&mut wal, &mut group),
         };
         if let Err(e) = written {
@@ -430,12 +433,17 @@ impl Log {
             let n = p.waiters.iter().position(waits).unwrap_or(p.waiters.len());
             p.waiters.drain(..n).collect()
         };
-        self.last_group.store(upto - from, Ordering::Relaxed);
+        if upto > from {
+            self.last_group.store(upto - from, Ordering::Relaxed);
+        }
         GROUP_RECORDS.with(|n| n.set(upto - from));
         for w in ready {
             run_continuation(w.then, Ok(()));
         }
         GROUP_RECORDS.with(|n| n.set(0));
+        if group.is_empty() {
+            return;
+        }
         let first = wal.committed.is_empty();
         wal.committed.extend_from_slice(&group);
         self.committed_len

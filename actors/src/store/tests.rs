@@ -730,3 +730,24 @@ fn a_leader_whose_wal_write_fails_hands_its_group_to_the_commit_thread() {
     assert_eq!(store.recovery().replayed, 2, "{:?}", store.recovery());
     assert_eq!(get(&store, "t", "a"), Some(b"2".to_vec()));
 }
+
+#[test]
+fn a_leader_with_nothing_new_answers_without_a_sync() {
+    use super::testutil::wait_committer_idle;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    put(&store, "t", "a", b"1");
+    wait_durable(&store);
+    wait_committer_idle(&store);
+    let before = store.disk_syncs();
+    let ran = Arc::new(AtomicBool::new(false));
+    let seen = ran.clone();
+    store.after_sync_leading(Box::new(move |r| {
+        r.unwrap();
+        seen.store(true, Ordering::SeqCst);
+    }));
+    assert!(ran.load(Ordering::SeqCst), "not answered at once");
+    assert_eq!(store.disk_syncs(), before, "synced nothing new");
+}
