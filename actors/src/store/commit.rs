@@ -726,12 +726,8 @@ impl Writer {
                     let _ = tx.send(done.clone());
                 }
             }
+            // `group` applied what leaders committed along with its own.
             if group.stop && lock(&self.log.pending).waiters.is_empty() {
-                if self.log.failure().is_none()
-                    && let Err(e) = self.apply_committed(&mut wal)
-                {
-                    self.log.fail(e);
-                }
                 return;
             }
             let due = self
@@ -859,16 +855,10 @@ impl Writer {
         // Off the acknowledgement path: the overlay serves reads until sled
         // has the records. (After an error the store has failed: nothing
         // more reaches sled.)
-        if result.is_ok() {
-            let applied = self.apply_committed(wal).and_then(|()| {
-                let spare = std::mem::take(&mut self.spare);
-                let applied = self.apply(&spare);
-                self.spare = spare;
-                applied
-            });
-            if let Err(e) = applied {
-                self.log.fail(e);
-            }
+        if result.is_ok()
+            && let Err(e) = self.apply_in_order(wal)
+        {
+            self.log.fail(e);
         }
         self.spare.clear();
         if self.spare.capacity() > 1 << 20 {
@@ -895,14 +885,20 @@ impl Writer {
             }
         }
         // sled directly: apply the records, then flush and sync it.
-        let spare = std::mem::take(&mut self.spare);
-        let applied = self.apply_committed(wal).and_then(|()| self.apply(&spare));
-        self.spare = spare;
-        if let Err(e) = applied {
+        if let Err(e) = self.apply_in_order(wal) {
             return Err(self.log.fail(e));
         }
         self.spare.clear();
         self.checkpoint(wal).map_err(|e| self.log.fail(e))
+    }
+
+    /// Applies what leading writers committed, then `spare`: lsn order.
+    fn apply_in_order(&mut self, wal: &mut Wal) -> Result<(), StoreError> {
+        self.apply_committed(wal)?;
+        let spare = std::mem::take(&mut self.spare);
+        let applied = self.apply(&spare);
+        self.spare = spare;
+        applied
     }
 
     /// Applies what leading writers committed (it precedes anything the
