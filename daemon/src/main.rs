@@ -626,6 +626,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 WORK_CHANNEL,
                 PLANS_CHANNEL,
                 flyto_actors::plans::shared_jobs::JOBS_CHANNEL,
+                flyto_actors::channels::shared::CHANNELS_CHANNEL,
             ],
             Duration::from_secs(2),
         );
@@ -638,7 +639,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let store_info = match &joined {
         Some(j) => {
             tracing::info!(
-                "plans, jobs and sessions are on the shared store at {}; channels and memory stay in this node's state directory {}",
+                "plans, jobs, sessions and channels are on the shared store at {}; memory stays in this node's state directory {}",
                 j.shared.target,
                 state_dir.display()
             );
@@ -883,7 +884,30 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
     };
     let channels_spec = {
-        let channel_store = flyto_actors::channels::store::ChannelStore::open(store.clone())?;
+        use flyto_actors::channels::store::ChannelStore;
+        let (channel_store, cluster) = match (&joined, &shared_reader) {
+            (Some(j), Some(r)) => {
+                let backend = Arc::new(flyto_actors::channels::shared::SharedChannels::new(
+                    j.shared.clone(),
+                ));
+                let local = ChannelStore::open(store.clone())?.bindings()?.len();
+                if local > 0 {
+                    tracing::warn!(
+                        "this node's own store {} holds {local} channel bindings that the shared store does not have: they are not polled while [store] backend = \"postgres\"; bind them again (`flytoctl channel_bind`)",
+                        state_dir.join("db").display()
+                    );
+                }
+                let cluster = flyto_actors::channels::lease::Cluster {
+                    backend: backend.clone(),
+                    node: j.node.clone(),
+                    previous: shared_store::previous_node(&state_dir, &j.node),
+                    listener: Some(r.listener.clone()),
+                    times: Default::default(),
+                };
+                (ChannelStore::on(backend), Some(cluster))
+            }
+            _ => (ChannelStore::open(store.clone())?, None),
+        };
         let channels_config = config.channels_config()?;
         let factory = channel_api::factory(&config.channels);
         let clock = clock.clone();
@@ -895,6 +919,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     clock: clock.clone(),
                     config: channels_config.clone(),
                     factory: factory.clone(),
+                    cluster: cluster.clone(),
                 };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(

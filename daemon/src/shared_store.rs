@@ -18,6 +18,30 @@ pub fn node_id(started_ms: u64) -> String {
     format!("{}-{}-{started_ms:x}", hostname(), std::process::id())
 }
 
+/// The node id of the previous run on `state_dir` (recorded in its file
+/// `node`), and `node` recorded for the next. The state dir's lock is
+/// ours, so that run is over.
+pub fn previous_node(state_dir: &std::path::Path, node: &str) -> Option<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join("node");
+    let previous = std::fs::read_to_string(&path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s != node);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(node.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "cannot record this node's id; after a restart its channel leases run out by themselves");
+    }
+    previous
+}
+
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

@@ -9,7 +9,7 @@
 
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::fake_telegram::FakeTelegram;
-use flyto_tests::{DEADLINE, Daemon, TestEnv, wait_until};
+use flyto_tests::{Backend, DEADLINE, Daemon, TestEnv, wait_until};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -31,12 +31,19 @@ struct Rig {
 
 /// `extra` is more config, after `[channels.allow]`.
 fn rig(script: Vec<Reply>, extra: &str) -> Rig {
+    rig_on(Backend::Sled, script, extra)
+}
+
+fn rig_on(backend: Backend, script: Vec<Reply>, extra: &str) -> Rig {
     let llm = FakeLlm::start(script);
     let tg = FakeTelegram::start(TOKEN);
-    let env = TestEnv::new(&format!(
-        "{}\n[channels]\npoll_timeout = \"1s\"\nstall_grace = \"2s\"\n[channels.allow]\ntelegram = [\"{ANN}\", \"{BOB}\"]\n{extra}",
-        llm.config()
-    ));
+    let env = TestEnv::on(
+        backend,
+        &format!(
+            "{}\n[channels]\npoll_timeout = \"1s\"\nstall_grace = \"2s\"\n[channels.allow]\ntelegram = [\"{ANN}\", \"{BOB}\"]\n{extra}",
+            llm.config()
+        ),
+    );
     Rig { llm, tg, env }
 }
 
@@ -164,10 +171,18 @@ fn prompts(env: &TestEnv, id: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_stranger_gets_one_pairing_code_and_no_turn_until_admitted() {
+// The room keeps its promises on the shared store too.
+on_both_backends!(
+    a_stranger_gets_one_pairing_code_and_no_turn_until_admitted,
+    a_crash_on_the_way_in_gives_one_turn_and_one_reply,
+    a_crash_around_the_turn_gives_one_turn_and_one_reply,
+    a_crash_around_the_send_never_sends_a_reply_twice,
+);
+
+fn a_stranger_gets_one_pairing_code_and_no_turn_until_admitted(backend: Backend) {
     const EVE: i64 = 99;
-    let r = rig(
+    let r = rig_on(
+        backend,
         vec![
             Reply::text("hello ann"),
             Reply::text("welcome eve"),
@@ -234,8 +249,9 @@ fn a_stranger_gets_one_pairing_code_and_no_turn_until_admitted() {
 /// while it is down, restarts it: one turn per message, each answer sent
 /// once (a chunk that may have been sent when it died is given up, not
 /// sent again).
-fn crash_at(point: &str) {
-    let r = rig(
+fn crash_at(backend: Backend, point: &str) {
+    let r = rig_on(
+        backend,
         vec![
             Reply::text("the answer"),
             Reply::text("second answer"),
@@ -272,28 +288,25 @@ fn crash_at(point: &str) {
     assert_eq!(channel(&r.env, "telegram")["dropped"], dropped, "{point}");
 }
 
-#[test]
-fn a_crash_on_the_way_in_gives_one_turn_and_one_reply() {
+fn a_crash_on_the_way_in_gives_one_turn_and_one_reply(backend: Backend) {
     for point in [
         "channel-after-receive",
         "channel-after-journal",
         "channel-after-ack",
     ] {
-        crash_at(point);
+        crash_at(backend, point);
     }
 }
 
-#[test]
-fn a_crash_around_the_turn_gives_one_turn_and_one_reply() {
+fn a_crash_around_the_turn_gives_one_turn_and_one_reply(backend: Backend) {
     for point in ["channel-turn-started", "channel-turn-answered"] {
-        crash_at(point);
+        crash_at(backend, point);
     }
 }
 
-#[test]
-fn a_crash_around_the_send_never_sends_a_reply_twice() {
+fn a_crash_around_the_send_never_sends_a_reply_twice(backend: Backend) {
     for point in ["channel-before-send", "channel-after-send"] {
-        crash_at(point);
+        crash_at(backend, point);
     }
 }
 

@@ -34,6 +34,7 @@ mod guards;
 mod jobs;
 mod lifecycle;
 mod memory;
+mod pg_channels;
 mod pg_chaos;
 mod pg_cluster;
 mod pg_daemon;

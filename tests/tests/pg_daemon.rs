@@ -520,16 +520,24 @@ fn a_node_with_plans_in_its_own_store_says_which_store_is_in_use() {
     env.wait_plan(&id, "finished", |p| p.state.is_terminal());
     let job = env.ctl(&["job_create", "--schedule", "@daily", "--prompt", "report"]);
     assert_eq!(job.code, 0, "{job:?}");
+    let inbox = env.work.join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let bound = env.ctl(&["channel_bind", "inbox", "--dir", inbox.to_str().unwrap()]);
+    assert_eq!(bound.code, 0, "{bound:?}");
     assert!(daemon.terminate().success());
     env.write_config(&node_config(&pg, "both"));
     let daemon = env.start();
     let log = daemon.log();
     assert!(
-        log.contains("plans, jobs and sessions are on the shared store at 127.0.0.1:"),
+        log.contains("plans, jobs, sessions and channels are on the shared store at 127.0.0.1:"),
         "{log}"
     );
     assert!(
         log.contains("holds 1 jobs that the shared store does not have"),
+        "{log}"
+    );
+    assert!(
+        log.contains("holds 1 channel bindings that the shared store does not have"),
         "{log}"
     );
     let jobs = env.ctl(&["job_list"]);

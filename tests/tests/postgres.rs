@@ -7,6 +7,8 @@
 //! cron instant with one winner.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use flyto_actors::channels::shared::SharedChannels;
+use flyto_actors::channels::store::{ChannelStore, InboundRecord, TurnState, Write};
 use flyto_actors::plans::jobs::{
     FireOutcome, FireRecord, JobRecord, JobStore, Mode, PendingNotify, Template,
 };
@@ -17,6 +19,7 @@ use flyto_actors::store::postgres::{LATEST, PgError, Shared, migrate};
 use flyto_tests::pg::{TestPostgres, expire_leases, fresh, runtime};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 async fn count(shared: &Shared, sql: &str) -> i64 {
     shared
@@ -869,4 +872,78 @@ fn tls_follows_sslmode_and_sslrootcert_and_names_what_failed() {
             "{e}"
         );
     });
+}
+
+fn inbound(seq: u64, state: TurnState) -> InboundRecord {
+    InboundRecord {
+        binding: "tg".into(),
+        seq,
+        update_id: format!("u{seq}"),
+        chat: "c".into(),
+        user: "42".into(),
+        message_id: format!("m{seq}"),
+        text: "hi".into(),
+        received_ms: 10,
+        state,
+    }
+}
+
+#[test]
+fn a_channel_write_under_a_lost_lease_changes_nothing() {
+    let pg = TestPostgres::start();
+    let rt = runtime();
+    let shared = rt.block_on(fresh(&pg, "ch"));
+    // The store blocks its thread for each round trip: on a worker.
+    rt.block_on(rt.spawn(async move {
+        let backend = Arc::new(SharedChannels::new(shared.clone()));
+        let store = ChannelStore::on(backend.clone());
+        let lease = Duration::from_secs(45);
+        let old = backend.acquire("tg", "node-1", lease).await.unwrap().unwrap();
+        assert_eq!(backend.acquire("tg", "node-2", lease).await.unwrap(), None);
+        let held = store.fenced("tg", old);
+        let mut w = Write::default();
+        w.inbound(&inbound(1, TurnState::Queued));
+        held.apply(&w).unwrap();
+
+        // node-1 stops renewing; its lease runs out and node-2 takes it.
+        count(
+            &shared,
+            "WITH e AS (UPDATE flyto_channel_leases SET until = now() - interval '1 second' RETURNING 1) SELECT count(*) FROM e",
+        )
+        .await;
+        let new = backend.acquire("tg", "node-2", lease).await.unwrap().unwrap();
+        assert!(new > old);
+        // node-1 wakes up: its write is refused and changes nothing; its
+        // renewal finds nothing to renew.
+        let mut stale = Write::default();
+        stale.inbound(&inbound(1, TurnState::Answered));
+        stale.inbound(&inbound(2, TurnState::Queued));
+        let refused = held.apply(&stale).unwrap_err().to_string();
+        assert!(refused.contains("another node"), "{refused}");
+        let journal = store.inbound("tg").unwrap();
+        assert_eq!(journal.len(), 1);
+        assert_eq!(journal[0].state, TurnState::Queued);
+        assert!(backend.renew(&[old], lease).await.unwrap().is_empty());
+        assert_eq!(backend.renew(&[new], lease).await.unwrap(), [new]);
+        // node-2's write goes through; the last write of a key in one
+        // batch wins, and removes and scans in both directions work as on sled.
+        let mut w = Write::default();
+        w.inbound(&inbound(1, TurnState::Answered))
+            .inbound(&inbound(2, TurnState::Queued))
+            .inbound(&inbound(2, TurnState::Answered));
+        store.fenced("tg", new).apply(&w).unwrap();
+        let states: Vec<TurnState> = store.inbound("tg").unwrap().into_iter().map(|r| r.state).collect();
+        assert_eq!(states, [TurnState::Answered, TurnState::Answered]);
+        assert_eq!(store.last_seq(b'i', "tg").unwrap(), 2);
+        assert!(store.seen_update("tg", "u2").unwrap());
+        store.remove_binding("tg").unwrap();
+        assert!(store.inbound("tg").unwrap().is_empty());
+        assert_eq!(store.last_seq(b'i', "tg").unwrap(), 0);
+        // Outbox numbers are unique across nodes.
+        let (mut a, mut b) = (0, 0);
+        let x = store.next_out_seq(&mut a).unwrap();
+        let y = ChannelStore::on(backend.clone()).next_out_seq(&mut b).unwrap();
+        assert_ne!(x, y);
+    }))
+    .unwrap();
 }

@@ -363,10 +363,10 @@ async fn journal(
     }
     let mut seq = a.out_seq.lock().await;
     for (chat, code) in &replies {
-        *seq += 1;
+        let seq = a.store.next_out_seq(&mut seq).map_err(|e| e.to_string())?;
         w.out(&OutRecord {
             binding: a.name.clone(),
-            seq: *seq,
+            seq,
             id: format!("pair/{code}/0"),
             chat: chat.clone(),
             text: format!(
@@ -500,9 +500,12 @@ async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
         };
         crate::failpoint::reached("channel-before-send");
         // Durably `sending` first: a crash from here on must not send it
-        // a second time.
+        // a second time. Not recorded (the binding's lease was lost, or
+        // the store failed): not sent; the binding's holder decides.
         o.state = OutState::Sending;
-        record(a, &o).await;
+        if !record(a, &o).await {
+            return Err(None);
+        }
         let mut sent = a.platform.send(&o.chat, &chunk).await;
         if matches!(sent, Err(PlatformError::Markup(_))) && !chunk.plain {
             chunk.plain = true;
@@ -585,11 +588,15 @@ async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
 }
 
 /// A chunk's new state, durable before the next chunk goes out: after a
-/// restart a sent chunk is never sent again.
-async fn record(a: &BindingArgs, o: &OutRecord) {
+/// restart a sent chunk is never sent again. Whether it was recorded.
+async fn record(a: &BindingArgs, o: &OutRecord) -> bool {
     let mut w = Write::default();
     w.out(o);
-    if a.store.apply(&w).is_ok() {
-        let _ = a.store.synced().await;
+    match a.store.apply(&w) {
+        Ok(()) => a.store.synced().await.is_ok(),
+        Err(e) => {
+            tracing::warn!(binding = %a.name, chunk = %o.id, error = %e, "cannot record a reply chunk's state");
+            false
+        }
     }
 }

@@ -402,10 +402,13 @@ async fn finish(
         .chat(&deps.binding, chat, &current(deps, chat, rec));
     let n = chunks.len();
     for (i, text) in chunks.into_iter().enumerate() {
-        *seq += 1;
+        let seq = deps
+            .store
+            .next_out_seq(&mut seq)
+            .map_err(|e| e.to_string())?;
         w.out(&OutRecord {
             binding: deps.binding.clone(),
-            seq: *seq,
+            seq,
             id: format!("{source}/{}/{i}", msg.seq),
             chat: chat.to_string(),
             text,

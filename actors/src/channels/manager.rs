@@ -3,9 +3,15 @@
 //! (one task per chat, woken for each journaled message), answers the
 //! `channel_*` requests, and puts job results and agent pushes into the
 //! outbox. It reaches sessions only through the chat workers.
+//!
+//! On the shared store each binding runs on the one node holding its
+//! lease (see `lease.rs`): the manager starts a binding when its keeper
+//! takes the lease and stops it when the lease is lost, and answers for
+//! the bindings other nodes hold from the shared records.
 
 use super::binding::{BindingActor, BindingArgs, BindingStatus, SharedStatus};
 use super::chat::{self, ChatDeps};
+use super::lease::{self, Cluster, Held, Tick};
 use super::platform::{OutChunk, Platform};
 use super::store::{
     BindingKind, BindingRecord, ChannelStore, OutRecord, OutState, TurnState, Write,
@@ -14,7 +20,7 @@ use crate::clock::Clock;
 use crate::plans::Reject;
 use flyto_protocol::{ChannelSpec, ChannelView, ErrorCode, PairingView};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
@@ -49,6 +55,8 @@ pub struct ChannelsArgs {
     pub clock: Arc<dyn Clock>,
     pub config: ChannelsConfig,
     pub factory: PlatformFactory,
+    /// Set on the shared store: bindings are leased per node.
+    pub cluster: Option<Cluster>,
 }
 
 /// Every binding, and the pending pairing requests.
@@ -65,6 +73,8 @@ pub enum ChannelsMsg {
         name: String,
         actor: ActorRef<super::binding::BindingMsg>,
     },
+    /// The lease keeper's news (shared store only).
+    Leases(Tick),
     List {
         reply: RpcReplyPort<Result<Listing, Reject>>,
     },
@@ -102,6 +112,8 @@ pub enum ChannelsMsg {
 
 struct Live {
     rec: BindingRecord,
+    /// Fenced by the binding's lease on the shared store.
+    store: ChannelStore,
     platform: Arc<dyn Platform>,
     status: SharedStatus,
     flush: Arc<Notify>,
@@ -118,6 +130,35 @@ pub struct ChannelsState {
     chats: HashMap<(String, String), (mpsc::Sender<()>, tokio::task::JoinHandle<()>)>,
     route_tx: mpsc::Sender<(String, String, u64)>,
     forward: Option<tokio::task::JoinHandle<()>>,
+    cluster: Option<ClusterState>,
+}
+
+/// A binding another node holds (or nobody, for a moment).
+struct Other {
+    rec: BindingRecord,
+    holder: Option<String>,
+    /// For chunking what this node adds to its outbox.
+    platform: Option<Arc<dyn Platform>>,
+}
+
+struct ClusterState {
+    c: Cluster,
+    held: Held,
+    others: BTreeMap<String, Other>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl ClusterState {
+    /// Wakes every node's keeper (the holder of `binding` flushes its
+    /// outbox); the fallback is their tick.
+    fn tell_nodes(&self, binding: &str) {
+        let (backend, binding) = (self.c.backend.clone(), binding.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = backend.notify(&binding).await {
+                tracing::debug!(error = %e, "cannot notify the other nodes");
+            }
+        });
+    }
 }
 
 pub struct ChannelManager;
@@ -141,19 +182,27 @@ fn valid_name(n: &str) -> bool {
 }
 
 impl ChannelsState {
+    /// Starts `rec`'s poller, sender and unanswered chats; on the shared
+    /// store under its lease `token`.
     fn start_binding(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
         rec: BindingRecord,
+        token: Option<i64>,
     ) -> Result<(), String> {
         let platform = (self.factory)(&rec)?;
         let status: SharedStatus = Arc::new(Mutex::new(BindingStatus::default()));
-        let out_seq = self
-            .store
-            .last_seq(b'o', &rec.name)
-            .map_err(|e| e.to_string())?;
+        let store = match token {
+            Some(t) => self.store.fenced(&rec.name, t),
+            None => self.store.clone(),
+        };
+        let out_seq = store.last_seq(b'o', &rec.name).map_err(|e| e.to_string())?;
+        if let Some(c) = &mut self.cluster {
+            c.others.remove(&rec.name);
+        }
         let live = Live {
             rec: rec.clone(),
+            store,
             platform,
             status,
             flush: Arc::new(Notify::new()),
@@ -161,7 +210,8 @@ impl ChannelsState {
             actor: None,
         };
         self.bindings.insert(rec.name.clone(), live);
-        // What a crash left unanswered goes first, in order.
+        // What a crash (here or on the node that held it) left
+        // unanswered goes first, in order.
         if let Ok(journal) = self.store.inbound(&rec.name) {
             for r in journal {
                 if matches!(r.state, TurnState::Queued | TurnState::Started { .. }) {
@@ -180,7 +230,7 @@ impl ChannelsState {
         let args = BindingArgs {
             name: l.rec.name.clone(),
             kind: l.rec.kind.name(),
-            store: self.store.clone(),
+            store: l.store.clone(),
             platform: l.platform.clone(),
             clock: self.clock.clone(),
             status: l.status.clone(),
@@ -222,7 +272,7 @@ impl ChannelsState {
         let l = self.bindings.get(binding)?;
         Some(ChatDeps {
             binding: binding.to_string(),
-            store: self.store.clone(),
+            store: l.store.clone(),
             platform: l.platform.clone(),
             clock: self.clock.clone(),
             flush: l.flush.clone(),
@@ -253,16 +303,28 @@ impl ChannelsState {
 
     fn view(&self, l: &Live) -> ChannelView {
         let status = l.status.lock().map(|s| s.clone()).unwrap_or_default();
-        let journal = self.store.inbound(&l.rec.name).unwrap_or_default();
-        let outbox = self.store.outbox(&l.rec.name).unwrap_or_default();
+        self.view_of(&l.rec, status)
+    }
+
+    /// A binding another node holds: its records, and who holds it.
+    fn view_other(&self, o: &Other) -> ChannelView {
+        let status = BindingStatus {
+            state: match &o.holder {
+                Some(n) => format!("on node {n}"),
+                None => "waiting for a node".into(),
+            },
+            ..Default::default()
+        };
+        self.view_of(&o.rec, status)
+    }
+
+    fn view_of(&self, rec: &BindingRecord, status: BindingStatus) -> ChannelView {
+        let journal = self.store.inbound(&rec.name).unwrap_or_default();
+        let outbox = self.store.outbox(&rec.name).unwrap_or_default();
         let count = |f: &dyn Fn(&OutRecord) -> bool| outbox.iter().filter(|o| f(o)).count() as u64;
-        let state = if l.rec.auth_failed.is_some() {
+        let state = if rec.auth_failed.is_some() {
             "auth_failed".to_string()
-        } else if l
-            .rec
-            .paused_until_ms
-            .is_some_and(|u| u > self.clock.now_ms())
-        {
+        } else if rec.paused_until_ms.is_some_and(|u| u > self.clock.now_ms()) {
             "paused".to_string()
         } else if status.state.is_empty() {
             "starting".to_string()
@@ -270,14 +332,14 @@ impl ChannelsState {
             status.state.clone()
         };
         ChannelView {
-            name: l.rec.name.clone(),
-            kind: l.rec.kind.name().to_string(),
+            name: rec.name.clone(),
+            kind: rec.kind.name().to_string(),
             state,
             last_poll: status.last_poll_ms.map(rfc3339),
             last_error: status
                 .last_error
                 .clone()
-                .or_else(|| l.rec.auth_failed.clone()),
+                .or_else(|| rec.auth_failed.clone()),
             queued: journal
                 .iter()
                 .filter(|r| matches!(r.state, TurnState::Queued | TurnState::Started { .. }))
@@ -288,10 +350,10 @@ impl ChannelsState {
             sent: count(&|o| matches!(o.state, OutState::Sent { .. })),
             chats: self
                 .store
-                .chats(&l.rec.name)
+                .chats(&rec.name)
                 .map(|c| c.len() as u64)
                 .unwrap_or(0),
-            target: match &l.rec.kind {
+            target: match &rec.kind {
                 BindingKind::Inbox { dir } => Some(dir.clone()),
                 BindingKind::Telegram { api_base, .. } => api_base.clone(),
                 BindingKind::Wechat { base_url, .. } => base_url.clone(),
@@ -370,7 +432,18 @@ impl ChannelsState {
         myself: &ActorRef<ChannelsMsg>,
         rec: BindingRecord,
     ) -> Result<ChannelView, Reject> {
-        if self.bindings.contains_key(&rec.name) {
+        let elsewhere = match &self.cluster {
+            Some(c) => {
+                c.others.contains_key(&rec.name)
+                    || self
+                        .store
+                        .binding(&rec.name)
+                        .map_err(Reject::internal)?
+                        .is_some()
+            }
+            None => false,
+        };
+        if self.bindings.contains_key(&rec.name) || elsewhere {
             return Err(Reject::new(
                 ErrorCode::Conflict,
                 format!(
@@ -385,7 +458,21 @@ impl ChannelsState {
         let mut w = Write::default();
         w.binding(&rec);
         self.store.apply(&w).map_err(Reject::internal)?;
-        self.start_binding(myself, rec.clone()).map_err(bad)?;
+        if self.cluster.is_some() {
+            // Whichever node's keeper takes the lease first runs it.
+            let other = Other {
+                rec: rec.clone(),
+                holder: None,
+                platform: (self.factory)(&rec).ok(),
+            };
+            let view = self.view_other(&other);
+            if let Some(c) = &mut self.cluster {
+                c.others.insert(rec.name.clone(), other);
+                c.tell_nodes(&rec.name);
+            }
+            return Ok(view);
+        }
+        self.start_binding(myself, rec.clone(), None).map_err(bad)?;
         self.bindings
             .get(&rec.name)
             .map(|l| self.view(l))
@@ -393,9 +480,37 @@ impl ChannelsState {
     }
 
     fn unbind(&mut self, name: &str) -> Result<ChannelView, Reject> {
-        let l = self.bindings.remove(name).ok_or_else(|| not_found(name))?;
-        let view = self.view(&l);
-        if let Some(a) = &l.actor {
+        let view = match self.bindings.get(name) {
+            Some(l) => self.view(l),
+            None => {
+                let other = self.cluster.as_mut().and_then(|c| c.others.remove(name));
+                match other {
+                    Some(o) => self.view_other(&o),
+                    None => return Err(not_found(name)),
+                }
+            }
+        };
+        self.stop_binding(name);
+        self.store.remove_binding(name).map_err(Reject::internal)?;
+        if let Some(c) = &self.cluster {
+            if let Ok(mut h) = c.held.lock() {
+                h.remove(name);
+            }
+            let (backend, name) = (c.c.backend.clone(), name.to_string());
+            tokio::spawn(async move {
+                let _ = backend.release(&name, None).await;
+                let _ = backend.notify(&name).await;
+            });
+        }
+        Ok(view)
+    }
+
+    /// Stops a binding's actor and chat workers here (unbound, or its
+    /// lease went to another node).
+    fn stop_binding(&mut self, name: &str) {
+        if let Some(l) = self.bindings.remove(name)
+            && let Some(a) = &l.actor
+        {
             a.stop(None);
         }
         self.chats.retain(|(b, _), (_, task)| {
@@ -404,8 +519,51 @@ impl ChannelsState {
             }
             b != name
         });
-        self.store.remove_binding(name).map_err(Reject::internal)?;
-        Ok(view)
+    }
+
+    /// The lease keeper's news: stop what this node lost, start what it
+    /// took, and note who holds the rest.
+    fn leases(&mut self, myself: &ActorRef<ChannelsMsg>, tick: Tick) {
+        for name in &tick.lost {
+            if self.bindings.contains_key(name) {
+                tracing::warn!(binding = %name, "stopping the channel binding here: this node no longer holds its lease");
+                self.stop_binding(name);
+            }
+        }
+        for (rec, token) in tick.acquired {
+            let name = rec.name.clone();
+            tracing::info!(binding = %name, "this node now polls the channel binding");
+            if let Err(e) = self.start_binding(myself, rec, Some(token)) {
+                tracing::warn!(binding = %name, error = %e, "cannot start the channel binding; fix it and restart, or unbind it");
+            }
+        }
+        let Some(c) = &mut self.cluster else { return };
+        if let Some(records) = tick.records {
+            let mut others = BTreeMap::new();
+            for rec in records {
+                if self.bindings.contains_key(&rec.name) {
+                    continue;
+                }
+                let platform = match c.others.remove(&rec.name) {
+                    Some(o) if o.rec == rec => o.platform,
+                    _ => (self.factory)(&rec).ok(),
+                };
+                let holder = tick.holders.get(&rec.name).cloned();
+                others.insert(
+                    rec.name.clone(),
+                    Other {
+                        rec,
+                        holder,
+                        platform,
+                    },
+                );
+            }
+            c.others = others;
+        }
+        // Another node may have added to an outbox this node sends.
+        for l in self.bindings.values() {
+            l.flush.notify_one();
+        }
     }
 
     async fn pair(&mut self, code: &str) -> Result<String, Reject> {
@@ -441,10 +599,24 @@ impl ChannelsState {
         key: &str,
         text: &str,
     ) -> Result<bool, Reject> {
-        let l = self
-            .bindings
-            .get(binding)
-            .ok_or_else(|| not_found(binding))?;
+        // The binding's own writer here; on the shared store, for a
+        // binding another node holds, an unfenced write that wakes it.
+        let (platform, out_seq, flush) = match self.bindings.get(binding) {
+            Some(l) => (l.platform.clone(), l.out_seq.clone(), Some(l.flush.clone())),
+            None => {
+                let o = self
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.others.get(binding))
+                    .ok_or_else(|| not_found(binding))?;
+                let platform = o.platform.clone().ok_or_else(|| {
+                    bad(format!(
+                        "binding `{binding}` cannot be used from this node: its platform does not start here (see the log)"
+                    ))
+                })?;
+                (platform, Arc::new(tokio::sync::Mutex::new(0)), None)
+            }
+        };
         let first = format!("{key}/0");
         if self
             .store
@@ -453,17 +625,20 @@ impl ChannelsState {
         {
             return Ok(false);
         }
-        let chunks = l.platform.chunk(text);
+        let chunks = platform.chunk(text);
         let n = chunks.len();
         let now = self.clock.now_ms();
         let mut w = Write::default();
         // Serialised with the binding's other writers of the outbox.
-        let mut seq = l.out_seq.lock().await;
+        let mut seq = out_seq.lock().await;
         for (i, t) in chunks.into_iter().enumerate() {
-            *seq += 1;
+            let seq = self
+                .store
+                .next_out_seq(&mut seq)
+                .map_err(Reject::internal)?;
             w.out(&OutRecord {
                 binding: binding.to_string(),
-                seq: *seq,
+                seq,
                 id: format!("{key}/{i}"),
                 chat: chat.to_string(),
                 text: t,
@@ -477,13 +652,21 @@ impl ChannelsState {
         }
         self.store.apply(&w).map_err(Reject::internal)?;
         drop(seq);
-        let flush = l.flush.clone();
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            if store.synced().await.is_ok() {
-                flush.notify_one();
+        match flush {
+            Some(flush) => {
+                let store = self.store.clone();
+                tokio::spawn(async move {
+                    if store.synced().await.is_ok() {
+                        flush.notify_one();
+                    }
+                });
             }
-        });
+            None => {
+                if let Some(c) = &self.cluster {
+                    c.tell_nodes(binding);
+                }
+            }
+        }
         Ok(true)
     }
 
@@ -494,14 +677,19 @@ impl ChannelsState {
             Some((b, c)) => (b.to_string(), Some(c.to_string())),
             None => (target.to_string(), None),
         };
-        let l = self
-            .bindings
-            .get(&binding)
-            .ok_or_else(|| not_found(&binding))?;
+        let rec = match self.bindings.get(&binding) {
+            Some(l) => &l.rec,
+            None => self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.others.get(&binding))
+                .map(|o| &o.rec)
+                .ok_or_else(|| not_found(&binding))?,
+        };
         if let Some(c) = chat {
             return Ok((binding, vec![c]));
         }
-        let chats = match &l.rec.kind {
+        let chats = match &rec.kind {
             BindingKind::Inbox { .. } => vec![super::inbox::INBOX_CHAT.to_string()],
             BindingKind::Wecom { userid, .. } => vec![userid.clone()],
             _ => self
@@ -580,11 +768,30 @@ impl Actor for ChannelManager {
             chats: HashMap::new(),
             route_tx,
             forward: Some(forward),
+            cluster: None,
         };
         myself.send_interval(PRUNE_EVERY, || ChannelsMsg::Prune);
+        if let Some(c) = args.cluster {
+            // Bindings start as this node's keeper takes their leases.
+            let held: Held = Default::default();
+            let me = myself.clone();
+            let keeper = tokio::spawn(lease::run(
+                c.clone(),
+                s.store.clone(),
+                held.clone(),
+                move |tick| me.send_message(ChannelsMsg::Leases(tick)).is_ok(),
+            ));
+            s.cluster = Some(ClusterState {
+                c,
+                held,
+                others: BTreeMap::new(),
+                keeper,
+            });
+            return Ok(s);
+        }
         for rec in s.store.bindings()? {
             let name = rec.name.clone();
-            if let Err(e) = s.start_binding(&myself, rec) {
+            if let Err(e) = s.start_binding(&myself, rec, None) {
                 tracing::warn!(binding = %name, error = %e, "cannot start the channel binding; fix it and restart, or unbind it");
             }
         }
@@ -601,6 +808,30 @@ impl Actor for ChannelManager {
         }
         for (_, (_, task)) in s.chats.drain() {
             task.abort();
+        }
+        if let Some(c) = s.cluster.take() {
+            c.keeper.abort();
+            for l in s.bindings.values() {
+                if let Some(a) = &l.actor {
+                    a.stop(None);
+                }
+            }
+            // Given back, so another node takes them at once rather than
+            // after the lease runs out.
+            let held: Vec<(String, i64)> = c
+                .held
+                .lock()
+                .map(|h| h.iter().map(|(k, v)| (k.clone(), *v)).collect())
+                .unwrap_or_default();
+            for (name, token) in held {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    c.c.backend.release(&name, Some(token)),
+                )
+                .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(2), c.c.backend.notify(&name)).await;
+            }
         }
         Ok(())
     }
@@ -640,13 +871,14 @@ impl Actor for ChannelManager {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelsMsg::Route { binding, chat } => s.wake_chat(&binding, &chat),
+            ChannelsMsg::Leases(tick) => s.leases(&myself, tick),
             ChannelsMsg::Prune => {
                 let before = s
                     .clock
                     .now_ms()
                     .saturating_sub(KEEP_DONE.as_millis() as u64);
-                for name in s.bindings.keys() {
-                    match s.store.prune(name, before) {
+                for (name, l) in &s.bindings {
+                    match l.store.prune(name, before) {
                         Ok(0) => {}
                         Ok(n) => {
                             tracing::debug!(binding = %name, n, "pruned finished channel records")
@@ -665,11 +897,15 @@ impl Actor for ChannelManager {
             ChannelsMsg::List { reply } => {
                 let mut names: Vec<&String> = s.bindings.keys().collect();
                 names.sort();
-                let views = names
+                let mut views: Vec<ChannelView> = names
                     .iter()
                     .filter_map(|n| s.bindings.get(*n))
                     .map(|l| s.view(l))
                     .collect();
+                if let Some(c) = &s.cluster {
+                    views.extend(c.others.values().map(|o| s.view_other(o)));
+                    views.sort_by(|a, b| a.name.cmp(&b.name));
+                }
                 let pairings = s.store.pairings().map_err(Reject::internal).map(|ps| {
                     ps.into_iter()
                         .map(|p| PairingView {
@@ -703,10 +939,17 @@ impl Actor for ChannelManager {
             }
             ChannelsMsg::Test { name, reply } => {
                 let target = s.targets(&name);
+                let binding = name.split(':').next().unwrap_or("");
                 let platform = s
                     .bindings
-                    .get(name.split(':').next().unwrap_or(""))
-                    .map(|l| l.platform.clone());
+                    .get(binding)
+                    .map(|l| l.platform.clone())
+                    .or_else(|| {
+                        s.cluster
+                            .as_ref()
+                            .and_then(|c| c.others.get(binding))
+                            .and_then(|o| o.platform.clone())
+                    });
                 // The platform's answer is awaited in a task: a slow
                 // platform must not hold the mailbox.
                 tokio::spawn(async move {

@@ -6,9 +6,16 @@
 //!
 //! Writes that must go together (journal entries and the cursor that
 //! acknowledges them; a turn's end and its reply chunks) are one batch.
+//!
+//! The records live behind [`ChannelBackend`]: this node's sled tree, or
+//! the shared store (`shared.rs`), where a binding's poller, sender and
+//! chat workers write through a store fenced by the binding's lease.
 
 use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
 use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 const FORMAT: u32 = 1;
 
@@ -254,29 +261,126 @@ impl Write {
     }
 }
 
-#[derive(Clone)]
-pub struct ChannelStore {
+/// A binding's lease on the shared store: writes that present it change
+/// nothing once another node holds the binding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fence {
+    pub binding: String,
+    pub token: i64,
+}
+
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Where the room's records are kept.
+pub trait ChannelBackend: Send + Sync {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The entries under `prefix` in key order (last first when
+    /// `reverse`), at most `limit` of them.
+    fn scan(
+        &self,
+        prefix: &[u8],
+        reverse: bool,
+        limit: Option<usize>,
+    ) -> Result<Entries, StoreError>;
+    /// Applies `batch` atomically; under `fence`, only while that lease
+    /// holds (else a `Conflict` and nothing written).
+    fn apply(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError>;
+    /// Waits until everything written so far is durable.
+    fn synced(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    /// The next outbox sequence number of a binding whose last one on
+    /// this node is `local`: unique across every writer of the outbox.
+    fn next_out_seq(&self, local: &mut u64) -> Result<u64, StoreError>;
+}
+
+/// One node's own store: the tree `channels`. Leases are never needed
+/// (one node), so fences are ignored.
+struct SledBackend {
     store: Store,
     tree: sled::Tree,
+}
+
+impl ChannelBackend for SledBackend {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.store.get(&self.tree, key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        prefix: &[u8],
+        reverse: bool,
+        limit: Option<usize>,
+    ) -> Result<Entries, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.store.scan_prefix(&self.tree, prefix, reverse) {
+            if limit.is_some_and(|n| out.len() >= n) {
+                break;
+            }
+            let (k, v) = entry?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn apply(&self, batch: &Batch, _fence: Option<&Fence>) -> Result<(), StoreError> {
+        self.store.apply(&self.tree, batch)
+    }
+
+    fn synced(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(self.store.synced())
+    }
+
+    fn next_out_seq(&self, local: &mut u64) -> Result<u64, StoreError> {
+        *local += 1;
+        Ok(*local)
+    }
+}
+
+#[derive(Clone)]
+pub struct ChannelStore {
+    backend: Arc<dyn ChannelBackend>,
+    fence: Option<Arc<Fence>>,
 }
 
 impl ChannelStore {
     pub fn open(store: Store) -> Result<ChannelStore, StoreError> {
         let tree = store.tree("channels")?;
-        Ok(ChannelStore { store, tree })
+        Ok(ChannelStore::on(Arc::new(SledBackend { store, tree })))
+    }
+
+    pub fn on(backend: Arc<dyn ChannelBackend>) -> ChannelStore {
+        ChannelStore {
+            backend,
+            fence: None,
+        }
+    }
+
+    /// The same records, written under `binding`'s lease `token`.
+    pub fn fenced(&self, binding: &str, token: i64) -> ChannelStore {
+        ChannelStore {
+            backend: self.backend.clone(),
+            fence: Some(Arc::new(Fence {
+                binding: binding.to_string(),
+                token,
+            })),
+        }
     }
 
     pub fn apply(&self, w: &Write) -> Result<(), StoreError> {
-        self.store.apply(&self.tree, &w.batch)
+        self.backend.apply(&w.batch, self.fence.as_deref())
     }
 
     /// Waits until everything written so far is durable.
     pub async fn synced(&self) -> Result<(), String> {
-        self.store.synced().await
+        self.backend.synced().await
+    }
+
+    /// The next outbox sequence number (see [`ChannelBackend::next_out_seq`]).
+    pub fn next_out_seq(&self, local: &mut u64) -> Result<u64, StoreError> {
+        self.backend.next_out_seq(local)
     }
 
     fn get<T: serde::de::DeserializeOwned>(&self, k: &[u8]) -> Result<Option<T>, StoreError> {
-        match self.store.get(&self.tree, k)? {
+        match self.backend.get(k)? {
             Some(v) => decode_record(String::from_utf8_lossy(k), &v, FORMAT, |ver, _| {
                 Err(format!("channel record format {ver} is not known"))
             })
@@ -286,13 +390,12 @@ impl ChannelStore {
     }
 
     fn has(&self, k: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.store.get(&self.tree, k)?.is_some())
+        Ok(self.backend.get(k)?.is_some())
     }
 
     fn scan<T: serde::de::DeserializeOwned>(&self, prefix: &[u8]) -> Result<Vec<T>, StoreError> {
         let mut out = Vec::new();
-        for entry in self.store.scan_prefix(&self.tree, prefix, false) {
-            let (k, v) = entry?;
+        for (k, v) in self.backend.scan(prefix, false, None)? {
             out.push(decode_record(
                 String::from_utf8_lossy(&k),
                 &v,
@@ -315,11 +418,8 @@ impl ChannelStore {
     pub fn remove_binding(&self, name: &str) -> Result<(), StoreError> {
         let mut b = Batch::new();
         for kind in [b'b', b'c', b'u', b'm', b'i', b'k', b'o', b'x', b'a', b'q'] {
-            for entry in self
-                .store
-                .scan_prefix(&self.tree, &key(kind, name, b""), false)
-            {
-                b.remove(entry?.0.to_vec());
+            for (k, _) in self.backend.scan(&key(kind, name, b""), false, None)? {
+                b.remove(k);
             }
         }
         for p in self.pairings()? {
@@ -327,7 +427,7 @@ impl ChannelStore {
                 b.remove(key(b'p', "", p.code.as_bytes()));
             }
         }
-        self.store.apply(&self.tree, &b)
+        self.backend.apply(&b, None)
     }
 
     pub fn cursor(&self, binding: &str) -> Result<Option<CursorRecord>, StoreError> {
@@ -354,9 +454,13 @@ impl ChannelStore {
 
     pub fn last_seq(&self, kind: u8, binding: &str) -> Result<u64, StoreError> {
         let prefix = key(kind, binding, b"");
-        match self.store.scan_prefix(&self.tree, &prefix, true).next() {
-            Some(entry) => {
-                let (k, _) = entry?;
+        match self
+            .backend
+            .scan(&prefix, true, Some(1))?
+            .into_iter()
+            .next()
+        {
+            Some((k, _)) => {
                 let tail: [u8; 8] = k[prefix.len()..].try_into().unwrap_or([0; 8]);
                 Ok(u64::from_be_bytes(tail))
             }
@@ -371,8 +475,7 @@ impl ChannelStore {
     pub fn chats(&self, binding: &str) -> Result<Vec<(String, ChatRecord)>, StoreError> {
         let prefix = key(b'k', binding, b"");
         let mut out = Vec::new();
-        for entry in self.store.scan_prefix(&self.tree, &prefix, false) {
-            let (k, v) = entry?;
+        for (k, v) in self.backend.scan(&prefix, false, None)? {
             let chat = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
             let rec = decode_record(&chat, &v, FORMAT, |ver, _| {
                 Err(format!("channel record format {ver} is not known"))
@@ -433,7 +536,7 @@ impl ChannelStore {
                 n += 1;
             }
         }
-        self.store.apply(&self.tree, &b)?;
+        self.backend.apply(&b, self.fence.as_deref())?;
         Ok(n)
     }
 }

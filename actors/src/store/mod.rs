@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 /// The smallest key above every key starting with `prefix` (`None`: no
 /// such key, the prefix is all 0xff).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < u8::MAX {

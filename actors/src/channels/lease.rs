@@ -1,0 +1,176 @@
+//! The lease keeper of the channels room on the shared store. Every tick
+//! (2 s, or at once when a node notifies a change) it reads the bindings,
+//! takes the lease of each one nobody holds, renews this node's leases
+//! every 10 s, gives up those of bindings that are gone, and, when no
+//! renewal reached the database for 30 s (well inside the 45 s lease),
+//! drops them all (self-fencing), so a paused or cut-off node stops
+//! polling before another may start. It only reports to the manager,
+//! which starts and stops the bindings; it may not touch them.
+
+use super::shared::{CHANNELS_CHANNEL, SharedChannels};
+use super::store::{BindingRecord, ChannelStore};
+use crate::store::postgres::claims::{HEARTBEAT_EVERY, LEASE, SELF_FENCE_AFTER};
+use crate::store::postgres::listen::Listener;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTimes {
+    pub tick: Duration,
+    pub renew_every: Duration,
+    pub lease: Duration,
+    pub fence_after: Duration,
+}
+
+impl Default for LeaseTimes {
+    fn default() -> Self {
+        LeaseTimes {
+            tick: Duration::from_secs(2),
+            renew_every: HEARTBEAT_EVERY,
+            lease: LEASE,
+            fence_after: SELF_FENCE_AFTER,
+        }
+    }
+}
+
+/// What the manager needs to run the room on the shared store.
+#[derive(Clone)]
+pub struct Cluster {
+    pub backend: Arc<SharedChannels>,
+    /// This node's id.
+    pub node: String,
+    /// This node's id in its previous run on the same state directory:
+    /// that run's leases are given up at once.
+    pub previous: Option<String>,
+    /// Wakes the keeper on a NOTIFY; its fallback is the tick.
+    pub listener: Option<Arc<Listener>>,
+    pub times: LeaseTimes,
+}
+
+/// binding → this node's lease token; shared by the keeper and the
+/// manager (which releases them when it stops).
+pub type Held = Arc<Mutex<HashMap<String, i64>>>;
+
+/// One tick's news for the manager.
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// Every binding (`None`: they could not be read this tick).
+    pub records: Option<Vec<BindingRecord>>,
+    /// Leases this node took: start these bindings.
+    pub acquired: Vec<(BindingRecord, i64)>,
+    /// Leases this node lost or gave up: stop these bindings now.
+    pub lost: Vec<String>,
+    /// binding → the node that holds it.
+    pub holders: HashMap<String, String>,
+}
+
+fn held_now(held: &Held) -> HashMap<String, i64> {
+    held.lock().map(|h| h.clone()).unwrap_or_default()
+}
+
+fn forget(held: &Held, name: &str) {
+    if let Ok(mut h) = held.lock() {
+        h.remove(name);
+    }
+}
+
+/// Runs until `report` says the manager is gone.
+pub async fn run(c: Cluster, store: ChannelStore, held: Held, report: impl Fn(Tick) -> bool) {
+    let mut wake = c.listener.as_ref().map(|l| l.subscribe(CHANNELS_CHANNEL));
+    if let Some(prev) = &c.previous {
+        match c.backend.release_node(prev).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(node = %prev, n, "gave up the channel leases of this node's previous run")
+            }
+            Err(e) => {
+                tracing::warn!(node = %prev, error = %e, "cannot give up the channel leases of this node's previous run; they run out by themselves")
+            }
+        }
+    }
+    let mut last_renewed = Instant::now();
+    let mut last_ok = Instant::now();
+    loop {
+        let mut tick = Tick::default();
+        // The store blocks this task's thread for the round trip.
+        let records = store
+            .bindings()
+            .map_err(|e| tracing::warn!(error = %e, "cannot read the channel bindings"))
+            .ok();
+        let mine = held_now(&held);
+        if let Some(recs) = &records {
+            for (name, token) in &mine {
+                if !recs.iter().any(|r| &r.name == name) {
+                    let _ = c.backend.release(name, Some(*token)).await;
+                    forget(&held, name);
+                    tick.lost.push(name.clone());
+                }
+            }
+        }
+        let mine = held_now(&held);
+        if mine.is_empty() {
+            last_ok = Instant::now();
+        } else if last_renewed.elapsed() >= c.times.renew_every {
+            let tokens: Vec<i64> = mine.values().copied().collect();
+            match c.backend.renew(&tokens, c.times.lease).await {
+                Ok(kept) => {
+                    last_renewed = Instant::now();
+                    last_ok = last_renewed;
+                    for (name, token) in &mine {
+                        if !kept.contains(token) {
+                            tracing::warn!(binding = %name, node = %c.node, "this node lost a channel binding's lease: another node polls it now");
+                            forget(&held, name);
+                            tick.lost.push(name.clone());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(node = %c.node, error = %e, "cannot renew the channel leases")
+                }
+            }
+        }
+        let mine = held_now(&held);
+        if !mine.is_empty() && last_ok.elapsed() >= c.times.fence_after {
+            tracing::error!(
+                node = %c.node,
+                after_s = c.times.fence_after.as_secs(),
+                "no channel lease renewal reached the database: stopping this node's channel bindings before their leases expire"
+            );
+            if let Ok(mut h) = held.lock() {
+                h.clear();
+            }
+            tick.lost.extend(mine.into_keys());
+        } else if let Some(recs) = &records {
+            for rec in recs.iter().filter(|r| !mine.contains_key(&r.name)) {
+                match c.backend.acquire(&rec.name, &c.node, c.times.lease).await {
+                    Ok(Some(token)) => {
+                        if let Ok(mut h) = held.lock() {
+                            h.insert(rec.name.clone(), token);
+                        }
+                        if mine.is_empty() {
+                            last_renewed = Instant::now();
+                            last_ok = last_renewed;
+                        }
+                        tick.acquired.push((rec.clone(), token));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(binding = %rec.name, error = %e, "cannot take a channel binding's lease")
+                    }
+                }
+            }
+        }
+        tick.holders = c.backend.holders().await.unwrap_or_default();
+        tick.records = records;
+        if !report(tick) {
+            return;
+        }
+        match wake.as_mut() {
+            Some(w) => {
+                let _ = tokio::time::timeout(c.times.tick, w.woken()).await;
+            }
+            None => tokio::time::sleep(c.times.tick).await,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Channels on the shared store, across two real flytod and one fake
+//! Telegram: a binding is polled by exactly one node (its lease), any
+//! node lists it and admits a stranger, and when the node holding it dies
+//! or is paused past its lease, the other node takes it over with every
+//! acknowledged message answered exactly once; the paused node, resumed,
+//! answers nothing (its writes present a lost lease).
+
+// Test helpers panic to fail the test.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::fake_llm::{FakeLlm, Reply};
+use flyto_tests::fake_telegram::FakeTelegram;
+use flyto_tests::flyto_protocol::{Request, Response};
+use flyto_tests::pg::TestPostgres;
+use flyto_tests::{DEADLINE, Daemon, TestEnv, wait_until};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// `f`'s first `Some` within `limit`, or `None`.
+fn wait_until_or<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const TOKEN: &str = "4242:TEST-secret-bot-token";
+const ANN: i64 = 7;
+const EVE: i64 = 99;
+const DB: &str = "channels";
+
+fn node(pg: &TestPostgres, llm: &FakeLlm) -> TestEnv {
+    TestEnv::new(&format!(
+        "[daemon]\nshutdown_grace = \"1s\"\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n\n{}\n[channels]\npoll_timeout = \"1s\"\nstall_grace = \"2s\"\n[channels.allow]\ntelegram = [\"{ANN}\"]\n",
+        pg.url_for(DB),
+        llm.config()
+    ))
+}
+
+fn node_id(env: &TestEnv) -> String {
+    match env.client().call(&Request::Stats {}).unwrap() {
+        Response::Stats { stats } => stats.node,
+        other => panic!("stats: {other:?}"),
+    }
+}
+
+fn ok(env: &TestEnv, args: &[&str]) -> String {
+    let out = env.ctl(args);
+    assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    out.stdout
+}
+
+fn channel(env: &TestEnv) -> Value {
+    let l: Value = serde_json::from_str(&ok(env, &["channel_list", "--json"])).unwrap();
+    l["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "telegram")
+        .cloned()
+        .unwrap_or_else(|| panic!("no binding telegram in {l}"))
+}
+
+/// The node holding the binding's live lease.
+fn holder(pg: &TestPostgres) -> Option<String> {
+    let out = pg.sql(
+        DB,
+        "SELECT node FROM flyto_channel_leases WHERE binding = 'telegram' AND until > now()",
+    );
+    let n = out.trim();
+    (!n.is_empty()).then(|| n.to_string())
+}
+
+fn expire_lease(pg: &TestPostgres) {
+    pg.sql(
+        DB,
+        "UPDATE flyto_channel_leases SET until = now() - interval '1 second'",
+    );
+}
+
+fn texts(tg: &FakeTelegram, chat: i64) -> Vec<String> {
+    let id = chat.to_string();
+    tg.sent()
+        .into_iter()
+        .filter(|m| m.chat_id == id)
+        .map(|m| m.text)
+        .collect()
+}
+
+fn wait_texts(tg: &FakeTelegram, chat: i64, n: usize) -> Vec<String> {
+    tg.wait(&format!("{n} messages to chat {chat}"), DEADLINE, |t| {
+        texts(t, chat).len() >= n
+    });
+    texts(tg, chat)
+}
+
+struct Cluster {
+    pg: TestPostgres,
+    llm: FakeLlm,
+    tg: FakeTelegram,
+    envs: [TestEnv; 2],
+    daemons: [Option<Daemon>; 2],
+    ids: [String; 2],
+}
+
+impl Cluster {
+    fn start(script: Vec<Reply>) -> Cluster {
+        let pg = TestPostgres::start();
+        pg.create_database(DB);
+        let llm = FakeLlm::start(script);
+        let tg = FakeTelegram::start(TOKEN);
+        let envs = [node(&pg, &llm), node(&pg, &llm)];
+        let daemons = [Some(envs[0].start()), Some(envs[1].start())];
+        let ids = [node_id(&envs[0]), node_id(&envs[1])];
+        let out = envs[0].ctl_with(
+            &[
+                "channel_bind",
+                "telegram",
+                "--token-env",
+                "FLYTO_TEST_TG_TOKEN",
+                "--api-base",
+                &tg.api_base(),
+            ],
+            &[("FLYTO_TEST_TG_TOKEN", TOKEN)],
+            None,
+        );
+        assert_eq!(out.code, 0, "channel_bind: {}", out.stderr);
+        Cluster {
+            pg,
+            llm,
+            tg,
+            envs,
+            daemons,
+            ids,
+        }
+    }
+
+    /// The index of the node holding the binding, once one does.
+    fn holder(&self) -> usize {
+        let n = wait_until("a node holds the binding", DEADLINE, || holder(&self.pg));
+        self.ids
+            .iter()
+            .position(|id| *id == n)
+            .unwrap_or_else(|| panic!("{n} is neither node {:?}", self.ids))
+    }
+
+    fn say(&self, text: &str) {
+        self.tg.push_message(ANN, ANN, "ann", text);
+    }
+}
+
+#[test]
+fn one_node_polls_a_binding_and_a_dead_nodes_binding_moves_with_each_message_answered_once() {
+    let mut c = Cluster::start(vec![
+        Reply::text("first answer"),
+        Reply::text("second answer"),
+        Reply::text("third answer"),
+        Reply::text("spare"),
+    ]);
+    let h = c.holder();
+    let other = 1 - h;
+    // Any node lists it; the other names the node that polls it.
+    let seen = channel(&c.envs[other]);
+    assert_eq!(
+        seen["state"],
+        format!("on node {}", c.ids[h]).as_str(),
+        "{seen}"
+    );
+    assert_eq!(channel(&c.envs[h])["kind"], "telegram");
+
+    c.say("one");
+    assert_eq!(wait_texts(&c.tg, ANN, 1), ["first answer"]);
+
+    // A stranger is admitted from the node that does not poll: its
+    // answer goes out through the holder's outbox.
+    c.tg.push_message(EVE, EVE, "eve", "let me in");
+    let code = wait_texts(&c.tg, EVE, 1)[0]
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .trim_end_matches('.')
+        .to_string();
+    let said = ok(&c.envs[other], &["channel_pair", &code]);
+    assert!(said.contains("admitted"), "{said}");
+    assert!(wait_texts(&c.tg, EVE, 2)[1].contains("admitted"));
+
+    // (Recorded as sent: a chunk that was being sent when its node died
+    // is given up rather than risk sending it twice.)
+    wait_until("the holder recorded its sends", DEADLINE, || {
+        (channel(&c.envs[other])["sent"] == 3).then_some(())
+    });
+
+    // The holder dies; what is said meanwhile is answered by the other
+    // node once the lease runs out (here at once, rather than after 45 s).
+    c.daemons[h].take().unwrap().kill9();
+    c.say("two");
+    expire_lease(&c.pg);
+    let now_held = c.holder();
+    assert_eq!(now_held, other, "the binding did not move");
+    assert_eq!(wait_texts(&c.tg, ANN, 2)[1], "second answer");
+
+    // The dead node comes back: the binding stays where it is, and a new
+    // message is answered once.
+    c.daemons[h] = Some(c.envs[h].start());
+    c.say("three");
+    let all = wait_texts(&c.tg, ANN, 3);
+    assert_eq!(all, ["first answer", "second answer", "third answer"]);
+    assert_eq!(
+        holder(&c.pg).as_deref(),
+        Some(c.ids[other].as_str()),
+        "the lease moved back while its holder lives"
+    );
+    // Three answers, and eve's code and welcome.
+    let mut last = Value::Null;
+    let done = wait_until_or(DEADLINE, || {
+        last = channel(&c.envs[h]);
+        (last["sent"] == 5 && last["queued"] == 0 && last["dropped"] == 0).then_some(())
+    });
+    assert!(
+        done.is_some(),
+        "the answers are not all recorded as sent: {last}"
+    );
+    assert_eq!(c.llm.request_count(), 3, "the model was called again");
+    assert_eq!(texts(&c.tg, ANN).len(), 3, "a reply was sent twice");
+}
+
+#[test]
+fn a_paused_holder_loses_the_binding_and_answers_nothing_when_it_resumes() {
+    let c = Cluster::start(vec![
+        Reply::text("before"),
+        Reply::text("while paused"),
+        Reply::text("after"),
+        Reply::text("spare"),
+    ]);
+    c.say("one");
+    assert_eq!(wait_texts(&c.tg, ANN, 1), ["before"]);
+    let h = c.holder();
+    let other = 1 - h;
+    let paused = c.daemons[h].as_ref().unwrap();
+    paused.signal(libc::SIGSTOP);
+    expire_lease(&c.pg);
+    wait_until("the other node takes the binding", DEADLINE, || {
+        (holder(&c.pg).as_deref() == Some(c.ids[other].as_str())).then_some(())
+    });
+    c.say("two");
+    assert_eq!(wait_texts(&c.tg, ANN, 2)[1], "while paused");
+    // Resumed, the old holder finds its lease gone: it stops polling and
+    // its writes under the old lease change nothing.
+    paused.signal(libc::SIGCONT);
+    let log = &c.envs[h];
+    wait_until("the resumed node stops the binding", DEADLINE, || {
+        c.daemons[h]
+            .as_ref()
+            .unwrap()
+            .log()
+            .contains("no longer holds its lease")
+            .then_some(())
+    });
+    c.say("three");
+    let all = wait_texts(&c.tg, ANN, 3);
+    assert_eq!(all, ["before", "while paused", "after"]);
+    assert_eq!(holder(&c.pg).as_deref(), Some(c.ids[other].as_str()));
+    wait_until("the answers are recorded as sent", DEADLINE, || {
+        let v = channel(log);
+        (v["sent"] == 3 && v["queued"] == 0).then_some(())
+    });
+    assert_eq!(c.llm.request_count(), 3, "a message got two turns");
+    assert_eq!(texts(&c.tg, ANN).len(), 3, "a reply was sent twice");
+}
