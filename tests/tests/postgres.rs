@@ -947,3 +947,62 @@ fn a_channel_write_under_a_lost_lease_changes_nothing() {
     }))
     .unwrap();
 }
+
+#[test]
+fn a_channel_keeper_takes_free_bindings_and_fences_itself_when_the_database_is_gone() {
+    use flyto_actors::channels::lease::{self, Cluster, LeaseTimes, Tick};
+    use flyto_actors::channels::store::{BindingKind, BindingRecord};
+    let pg = TestPostgres::start();
+    let rt = runtime();
+    let shared = rt.block_on(fresh(&pg, "keeper"));
+    let (tx, rx) = std::sync::mpsc::channel::<Tick>();
+    let held: lease::Held = Default::default();
+    let cluster = rt
+        .block_on(rt.spawn(async move {
+            let backend = Arc::new(SharedChannels::new(shared));
+            let mut w = Write::default();
+            w.binding(&BindingRecord {
+                name: "tg".into(),
+                kind: BindingKind::Inbox { dir: "/x".into() },
+                created_ms: 1,
+                auth_failed: None,
+                paused_until_ms: None,
+            });
+            ChannelStore::on(backend.clone()).apply(&w).unwrap();
+            Cluster {
+                backend,
+                node: "node-1".into(),
+                previous: None,
+                listener: None,
+                times: LeaseTimes {
+                    tick: Duration::from_millis(100),
+                    renew_every: Duration::from_millis(200),
+                    lease: Duration::from_secs(5),
+                    fence_after: Duration::from_secs(1),
+                },
+            }
+        }))
+        .unwrap();
+    let keeper = rt.spawn(lease::run(cluster, held.clone(), move |t| {
+        tx.send(t).is_ok()
+    }));
+    let next = |what: &str, f: &dyn Fn(&Tick) -> bool| loop {
+        let t = rx
+            .recv_timeout(flyto_tests::DEADLINE)
+            .unwrap_or_else(|_| panic!("no tick: {what}"));
+        if f(&t) {
+            return t;
+        }
+    };
+    let got = next("the lease is taken", &|t| !t.acquired.is_empty());
+    assert_eq!(got.acquired[0].0.name, "tg");
+    assert_eq!(got.holders.get("tg").map(String::as_str), Some("node-1"));
+    assert!(held.lock().unwrap().contains_key("tg"));
+    // The database goes away: within fence_after (well inside the lease)
+    // the keeper tells the node to stop the binding.
+    pg.stop();
+    let t = next("the node fences itself", &|t| !t.lost.is_empty());
+    assert_eq!(t.lost, ["tg"]);
+    assert!(held.lock().unwrap().is_empty());
+    keeper.abort();
+}

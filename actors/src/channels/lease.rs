@@ -8,7 +8,7 @@
 //! which starts and stops the bindings; it may not touch them.
 
 use super::shared::{CHANNELS_CHANNEL, SharedChannels};
-use super::store::{BindingRecord, ChannelStore};
+use super::store::BindingRecord;
 use crate::store::postgres::claims::{HEARTBEAT_EVERY, LEASE, SELF_FENCE_AFTER};
 use crate::store::postgres::listen::Listener;
 use std::collections::HashMap;
@@ -75,8 +75,12 @@ fn forget(held: &Held, name: &str) {
     }
 }
 
+/// The longest one tick's round trips may take: a database that does not
+/// answer must not delay the self-fencing check past the lease.
+const TICK_BUDGET: Duration = Duration::from_secs(5);
+
 /// Runs until `report` says the manager is gone.
-pub async fn run(c: Cluster, store: ChannelStore, held: Held, report: impl Fn(Tick) -> bool) {
+pub async fn run(c: Cluster, held: Held, report: impl Fn(Tick) -> bool) {
     let mut wake = c.listener.as_ref().map(|l| l.subscribe(CHANNELS_CHANNEL));
     if let Some(prev) = &c.previous {
         match c.backend.release_node(prev).await {
@@ -89,38 +93,89 @@ pub async fn run(c: Cluster, store: ChannelStore, held: Held, report: impl Fn(Ti
             }
         }
     }
-    let mut last_renewed = Instant::now();
-    let mut last_ok = Instant::now();
+    let mut k = Keeper {
+        c: &c,
+        held: &held,
+        last_renewed: Instant::now(),
+        last_ok: Instant::now(),
+    };
     loop {
         let mut tick = Tick::default();
-        // The store blocks this task's thread for the round trip.
-        let records = store
-            .bindings()
-            .map_err(|e| tracing::warn!(error = %e, "cannot read the channel bindings"))
-            .ok();
-        let mine = held_now(&held);
-        if let Some(recs) = &records {
-            for (name, token) in &mine {
-                if !recs.iter().any(|r| &r.name == name) {
-                    let _ = c.backend.release(name, Some(*token)).await;
-                    forget(&held, name);
-                    tick.lost.push(name.clone());
-                }
-            }
+        let budget = TICK_BUDGET.max(c.times.tick);
+        if tokio::time::timeout(budget, k.tick(&mut tick))
+            .await
+            .is_err()
+        {
+            tracing::warn!(node = %c.node, "the database did not answer the channel lease keeper in time");
         }
         let mine = held_now(&held);
         if mine.is_empty() {
-            last_ok = Instant::now();
-        } else if last_renewed.elapsed() >= c.times.renew_every {
+            k.last_ok = Instant::now();
+        } else if k.last_ok.elapsed() >= c.times.fence_after {
+            tracing::error!(
+                node = %c.node,
+                after_s = c.times.fence_after.as_secs(),
+                "no channel lease renewal reached the database: stopping this node's channel bindings before their leases expire"
+            );
+            if let Ok(mut h) = held.lock() {
+                h.clear();
+            }
+            tick.acquired.clear();
+            tick.lost.extend(mine.into_keys());
+        }
+        if !report(tick) {
+            return;
+        }
+        match wake.as_mut() {
+            Some(w) => {
+                let _ = tokio::time::timeout(c.times.tick, w.woken()).await;
+            }
+            None => tokio::time::sleep(c.times.tick).await,
+        }
+    }
+}
+
+struct Keeper<'a> {
+    c: &'a Cluster,
+    held: &'a Held,
+    last_renewed: Instant,
+    /// The last renewal that reached the database (or since when this
+    /// node holds nothing).
+    last_ok: Instant,
+}
+
+impl Keeper<'_> {
+    /// One tick's round trips, filling `tick` as they go (so what was
+    /// done before a timeout is still reported).
+    async fn tick(&mut self, tick: &mut Tick) {
+        let (c, held) = (self.c, self.held);
+        let records = match c.backend.bindings().await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the channel bindings");
+                None
+            }
+        };
+        if let Some(recs) = &records {
+            for (name, token) in held_now(held) {
+                if !recs.iter().any(|r| r.name == name) {
+                    let _ = c.backend.release(&name, Some(token)).await;
+                    forget(held, &name);
+                    tick.lost.push(name);
+                }
+            }
+        }
+        let mine = held_now(held);
+        if !mine.is_empty() && self.last_renewed.elapsed() >= c.times.renew_every {
             let tokens: Vec<i64> = mine.values().copied().collect();
             match c.backend.renew(&tokens, c.times.lease).await {
                 Ok(kept) => {
-                    last_renewed = Instant::now();
-                    last_ok = last_renewed;
+                    self.last_renewed = Instant::now();
+                    self.last_ok = self.last_renewed;
                     for (name, token) in &mine {
                         if !kept.contains(token) {
                             tracing::warn!(binding = %name, node = %c.node, "this node lost a channel binding's lease: another node polls it now");
-                            forget(&held, name);
+                            forget(held, name);
                             tick.lost.push(name.clone());
                         }
                     }
@@ -130,27 +185,17 @@ pub async fn run(c: Cluster, store: ChannelStore, held: Held, report: impl Fn(Ti
                 }
             }
         }
-        let mine = held_now(&held);
-        if !mine.is_empty() && last_ok.elapsed() >= c.times.fence_after {
-            tracing::error!(
-                node = %c.node,
-                after_s = c.times.fence_after.as_secs(),
-                "no channel lease renewal reached the database: stopping this node's channel bindings before their leases expire"
-            );
-            if let Ok(mut h) = held.lock() {
-                h.clear();
-            }
-            tick.lost.extend(mine.into_keys());
-        } else if let Some(recs) = &records {
+        if let Some(recs) = &records {
+            let mine = held_now(held);
             for rec in recs.iter().filter(|r| !mine.contains_key(&r.name)) {
                 match c.backend.acquire(&rec.name, &c.node, c.times.lease).await {
                     Ok(Some(token)) => {
                         if let Ok(mut h) = held.lock() {
+                            if h.is_empty() {
+                                self.last_renewed = Instant::now();
+                                self.last_ok = self.last_renewed;
+                            }
                             h.insert(rec.name.clone(), token);
-                        }
-                        if mine.is_empty() {
-                            last_renewed = Instant::now();
-                            last_ok = last_renewed;
                         }
                         tick.acquired.push((rec.clone(), token));
                     }
@@ -161,16 +206,9 @@ pub async fn run(c: Cluster, store: ChannelStore, held: Held, report: impl Fn(Ti
                 }
             }
         }
-        tick.holders = c.backend.holders().await.unwrap_or_default();
         tick.records = records;
-        if !report(tick) {
-            return;
-        }
-        match wake.as_mut() {
-            Some(w) => {
-                let _ = tokio::time::timeout(c.times.tick, w.woken()).await;
-            }
-            None => tokio::time::sleep(c.times.tick).await,
+        if let Ok(h) = c.backend.holders().await {
+            tick.holders = h;
         }
     }
 }

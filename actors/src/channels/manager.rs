@@ -775,12 +775,9 @@ impl Actor for ChannelManager {
             // Bindings start as this node's keeper takes their leases.
             let held: Held = Default::default();
             let me = myself.clone();
-            let keeper = tokio::spawn(lease::run(
-                c.clone(),
-                s.store.clone(),
-                held.clone(),
-                move |tick| me.send_message(ChannelsMsg::Leases(tick)).is_ok(),
-            ));
+            let keeper = tokio::spawn(lease::run(c.clone(), held.clone(), move |tick| {
+                me.send_message(ChannelsMsg::Leases(tick)).is_ok()
+            }));
             s.cluster = Some(ClusterState {
                 c,
                 held,

@@ -14,7 +14,7 @@
 //! `block_in_place`, so this needs the multi-threaded runtime flytod runs.
 //! It may not run anything: the lease keeper (`lease.rs`) decides.
 
-use super::store::{ChannelBackend, Entries, Fence};
+use super::store::{BINDINGS, BindingRecord, ChannelBackend, Entries, Fence, decode_all};
 use crate::store::postgres::{PgError, Shared};
 use crate::store::{Batch, StoreError, prefix_end};
 use std::collections::{BTreeMap, HashMap};
@@ -200,6 +200,38 @@ impl SharedChannels {
     }
 }
 
+impl SharedChannels {
+    async fn scan_rows(
+        &self,
+        prefix: &[u8],
+        reverse: bool,
+        limit: Option<usize>,
+    ) -> Result<Entries, PgError> {
+        let end = prefix_end(prefix);
+        let limit = limit.map_or(i64::MAX, |n| n as i64);
+        let sql = if reverse {
+            "SELECT key, value FROM flyto_channel_records
+             WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) ORDER BY key DESC LIMIT $3"
+        } else {
+            "SELECT key, value FROM flyto_channel_records
+             WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) ORDER BY key LIMIT $3"
+        };
+        let c = self.shared.client().await?;
+        let rows = c
+            .query(sql, &[&prefix, &end, &limit])
+            .await
+            .map_err(self.shared.query_err("reading channel records"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Every binding, without blocking a thread (the keeper can give up
+    /// waiting).
+    pub async fn bindings(&self) -> Result<Vec<BindingRecord>, StoreError> {
+        let rows = self.scan_rows(BINDINGS, false, None).await.map_err(db)?;
+        decode_all(rows)
+    }
+}
+
 impl ChannelBackend for SharedChannels {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.block(async {
@@ -221,23 +253,7 @@ impl ChannelBackend for SharedChannels {
         reverse: bool,
         limit: Option<usize>,
     ) -> Result<Entries, StoreError> {
-        let end = prefix_end(prefix);
-        let limit = limit.map_or(i64::MAX, |n| n as i64);
-        let sql = if reverse {
-            "SELECT key, value FROM flyto_channel_records
-             WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) ORDER BY key DESC LIMIT $3"
-        } else {
-            "SELECT key, value FROM flyto_channel_records
-             WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) ORDER BY key LIMIT $3"
-        };
-        self.block(async {
-            let c = self.shared.client().await?;
-            let rows = c
-                .query(sql, &[&prefix, &end, &limit])
-                .await
-                .map_err(self.shared.query_err("reading channel records"))?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        })
+        self.block(self.scan_rows(prefix, reverse, limit))
     }
 
     fn apply(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {

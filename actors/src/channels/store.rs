@@ -261,6 +261,23 @@ impl Write {
     }
 }
 
+/// The prefix of every binding's record.
+pub const BINDINGS: &[u8] = b"b";
+
+/// Decodes scanned records.
+pub fn decode_all<T: serde::de::DeserializeOwned>(entries: Entries) -> Result<Vec<T>, StoreError> {
+    let mut out = Vec::new();
+    for (k, v) in entries {
+        out.push(decode_record(
+            String::from_utf8_lossy(&k),
+            &v,
+            FORMAT,
+            |ver, _| Err(format!("channel record format {ver} is not known")),
+        )?);
+    }
+    Ok(out)
+}
+
 /// A binding's lease on the shared store: writes that present it change
 /// nothing once another node holds the binding.
 #[derive(Debug, Clone, PartialEq)]
@@ -394,20 +411,11 @@ impl ChannelStore {
     }
 
     fn scan<T: serde::de::DeserializeOwned>(&self, prefix: &[u8]) -> Result<Vec<T>, StoreError> {
-        let mut out = Vec::new();
-        for (k, v) in self.backend.scan(prefix, false, None)? {
-            out.push(decode_record(
-                String::from_utf8_lossy(&k),
-                &v,
-                FORMAT,
-                |ver, _| Err(format!("channel record format {ver} is not known")),
-            )?);
-        }
-        Ok(out)
+        decode_all(self.backend.scan(prefix, false, None)?)
     }
 
     pub fn bindings(&self) -> Result<Vec<BindingRecord>, StoreError> {
-        self.scan(b"b")
+        self.scan(BINDINGS)
     }
 
     pub fn binding(&self, name: &str) -> Result<Option<BindingRecord>, StoreError> {
