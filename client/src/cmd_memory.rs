@@ -203,3 +203,116 @@ pub fn path(ctx: &Ctx, args: ProjectArg) -> Result<u8> {
     }
     Ok(exit::SUCCESS)
 }
+
+#[derive(Debug, Args)]
+pub struct FolderArg {
+    /// The folder: `user/` and `projects/<id>/`, one NAME.md per entry
+    pub dir: PathBuf,
+}
+
+/// Writes every scope's entries under `dir` (new, or empty), private to
+/// the user: memory can hold what people told the agent.
+pub fn export(ctx: &Ctx, args: FolderArg) -> Result<u8> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = &args.dir;
+    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+        anyhow::bail!(
+            "{} is not empty: export to a new folder (an old export's deleted entries would linger)",
+            dir.display()
+        );
+    }
+    let folders = match ctx.request(&Request::MemoryExport {})? {
+        Response::MemoryFolders { folders } => folders,
+        other => return Err(unexpected("memory_export", &other)),
+    };
+    let mut n = 0;
+    for f in &folders {
+        let sub = dir.join(&f.scope);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&sub)
+            .with_context(|| format!("cannot create {}", sub.display()))?;
+        for file in &f.files {
+            let path = sub.join(&file.name);
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            std::io::Write::write_all(&mut out, file.text.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            n += 1;
+        }
+    }
+    print(&format!(
+        "exported {n} entries of {} scopes to {}; edit them, then `flytoctl memory_import {}`\n",
+        folders.len(),
+        dir.display(),
+        dir.display()
+    ))?;
+    Ok(exit::SUCCESS)
+}
+
+/// The entry files of one scope folder, by name.
+fn entry_files(dir: &std::path::Path) -> Result<Vec<flyto_protocol::MemoryFile>> {
+    let mut files = Vec::new();
+    for d in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let d = d?;
+        let name = d.file_name().to_string_lossy().into_owned();
+        if !d.file_type()?.is_file() || name.starts_with('.') || name == "MEMORY.md" {
+            continue;
+        }
+        let text = std::fs::read_to_string(d.path())
+            .with_context(|| format!("cannot read {} as UTF-8 text", d.path().display()))?;
+        files.push(flyto_protocol::MemoryFile { name, text });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// Makes each scope in `dir` hold exactly its entries.
+pub fn import(ctx: &Ctx, args: FolderArg) -> Result<u8> {
+    let dir = &args.dir;
+    let mut folders = Vec::new();
+    let user = dir.join("user");
+    if user.is_dir() {
+        folders.push(flyto_protocol::MemoryFolder {
+            scope: "user".into(),
+            files: entry_files(&user)?,
+        });
+    }
+    let projects = dir.join("projects");
+    if projects.is_dir() {
+        let mut ids: Vec<String> = std::fs::read_dir(&projects)?
+            .filter_map(|d| d.ok())
+            .filter(|d| d.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|d| d.file_name().to_string_lossy().into_owned())
+            .collect();
+        ids.sort();
+        for id in ids {
+            folders.push(flyto_protocol::MemoryFolder {
+                files: entry_files(&projects.join(&id))?,
+                scope: format!("projects/{id}"),
+            });
+        }
+    }
+    if folders.is_empty() {
+        anyhow::bail!(
+            "{} holds no memory scope (user/ or projects/<id>/): give the folder `flytoctl memory_export` wrote",
+            dir.display()
+        );
+    }
+    match ctx.request(&Request::MemoryImport { folders })? {
+        Response::MemoryImported {
+            written,
+            forgotten,
+            unchanged,
+        } => print(&format!(
+            "imported: {written} written, {forgotten} forgotten (`flytoctl memory_restore NAME` brings one back for 30 days), {unchanged} unchanged\n"
+        ))?,
+        other => return Err(unexpected("memory_import", &other)),
+    }
+    Ok(exit::SUCCESS)
+}

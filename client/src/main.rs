@@ -242,6 +242,15 @@ enum Command {
     #[command(name = "memory_path")]
     MemoryPath(cmd_memory::ProjectArg),
 
+    /// Write every memory scope's entries to a new folder, to read and edit
+    #[command(name = "memory_export")]
+    MemoryExport(cmd_memory::FolderArg),
+
+    /// Make memory hold a folder's entries (as memory_export wrote it):
+    /// new and changed ones are written, missing ones go to the trash
+    #[command(name = "memory_import")]
+    MemoryImport(cmd_memory::FolderArg),
+
     /// Memory consolidation per project: gates, last success, lease, last outcomes
     #[command(name = "dream_status")]
     DreamStatus(cmd_dream::StatusArgs),
@@ -422,6 +431,8 @@ fn run(cli: Cli) -> Result<u8> {
         Command::MemoryForget(args) => cmd_memory::forget(&ctx, args),
         Command::MemoryRestore(args) => cmd_memory::restore(&ctx, args),
         Command::MemoryPath(args) => cmd_memory::path(&ctx, args),
+        Command::MemoryExport(args) => cmd_memory::export(&ctx, args),
+        Command::MemoryImport(args) => cmd_memory::import(&ctx, args),
         Command::DreamStatus(args) => cmd_dream::status(&ctx, args),
         Command::DreamLog(args) => cmd_dream::log(&ctx, args),
         Command::DreamDiff(args) => cmd_dream::diff(&ctx, args),

@@ -639,9 +639,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let store_info = match &joined {
         Some(j) => {
             tracing::info!(
-                "plans, jobs, sessions and channels are on the shared store at {}; memory stays in this node's state directory {}",
-                j.shared.target,
-                state_dir.display()
+                "plans, jobs, sessions, channels and memory are on the shared store at {}",
+                j.shared.target
             );
             // Both stores on one node: say which one holds the plans.
             if let Ok(c) = reader.counts() {
@@ -767,8 +766,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
+    let memory_shared = joined.as_ref().map(|j| {
+        Arc::new(flyto_actors::memory::shared::SharedMemory::new(
+            j.shared.clone(),
+        ))
+    });
     let memory_spec = {
         let (state_dir, clock) = (state_dir.clone(), clock.clone());
+        let shared = memory_shared.clone();
         ChildSpec {
             name: "memory".into(),
             start: Arc::new(move |sup| {
@@ -776,6 +781,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     state_dir: state_dir.clone(),
                     clock: clock.clone(),
                     idle: MEMORY_IDLE_STOP,
+                    shared: shared.clone(),
                 };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(
@@ -803,6 +809,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 move || deps.models()
             }),
             clock: clock.clone(),
+            shared: match (&memory_shared, &joined) {
+                (Some(m), Some(j)) => Some((m.clone(), j.node.clone())),
+                _ => None,
+            },
         });
         let dream_config = Arc::new(RwLock::new(config));
         (

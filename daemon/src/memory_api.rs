@@ -1,11 +1,12 @@
 //! The `memory_*` requests: translated into calls on the memory room's
 //! [`Memory`] handle, answered as wire views.
 
-use flyto_actors::memory::{Found, Listing, Memory, MemoryError};
+use flyto_actors::memory::entry::{self, Entry};
+use flyto_actors::memory::{Found, Listing, Memory, MemoryError, ScopeKey, WriteReq};
 use flyto_actors::plans::Reject;
 use flyto_protocol::{
-    ErrorCode, MemoryEntryView, MemoryHitView, MemoryProblemView, MemoryScopeView, Request,
-    Response,
+    ErrorCode, MemoryEntryView, MemoryFile, MemoryFolder, MemoryHitView, MemoryProblemView,
+    MemoryScopeView, Request, Response,
 };
 use std::path::Path;
 
@@ -152,7 +153,132 @@ pub async fn handle(
             }
             .await
         }
+        Request::MemoryExport {} => export(memory).await,
+        Request::MemoryImport { folders } => import(memory, folders).await,
         _ => return None,
     };
     Some(answer)
+}
+
+/// The folder a scope is exported to.
+fn folder_of(key: &ScopeKey) -> String {
+    match key {
+        ScopeKey::User => "user".into(),
+        ScopeKey::Project(id) => format!("projects/{id}"),
+    }
+}
+
+fn key_of(folder: &str) -> Option<ScopeKey> {
+    match folder.split_once('/') {
+        Some(("projects", id)) => ScopeKey::from_shared_name(&format!("project/{id}")),
+        None if folder == "user" => Some(ScopeKey::User),
+        _ => None,
+    }
+}
+
+async fn export(memory: &Memory) -> Result<Response, Reject> {
+    let mut folders = Vec::new();
+    for key in memory.scope_keys().await.map_err(reject)? {
+        let scan = memory.scan_scope(&key).await.map_err(reject)?;
+        folders.push(MemoryFolder {
+            scope: folder_of(&key),
+            files: scan
+                .entries
+                .iter()
+                .map(|e| MemoryFile {
+                    name: format!("{}.md", e.meta.name),
+                    text: entry::render(&e.meta, &e.body),
+                })
+                .collect(),
+        });
+    }
+    Ok(Response::MemoryFolders { folders })
+}
+
+fn bad(m: String) -> Reject {
+    Reject::new(ErrorCode::BadRequest, m)
+}
+
+/// Checks every file first: one that is not an entry refuses the whole
+/// import, so a half-edited folder changes nothing.
+async fn import(memory: &Memory, folders: &[MemoryFolder]) -> Result<Response, Reject> {
+    let mut parsed: Vec<(ScopeKey, Vec<Entry>)> = Vec::new();
+    let mut problems = Vec::new();
+    for f in folders {
+        let key = key_of(&f.scope).ok_or_else(|| {
+            bad(format!(
+                "`{}` is not a memory scope: the folder holds `user/` and `projects/<id>/`, as `flytoctl memory_export` writes them",
+                f.scope
+            ))
+        })?;
+        let mut entries = Vec::new();
+        for file in &f.files {
+            let shown = format!("{}/{}", f.scope, file.name);
+            let Some(stem) = file.name.strip_suffix(".md") else {
+                problems.push(format!("{shown}: not an entry (entries are NAME.md files)"));
+                continue;
+            };
+            if let Some(why) = entry::check_name(stem) {
+                problems.push(format!("{shown}: {why}"));
+                continue;
+            }
+            match entry::parse(&shown, stem, &file.text) {
+                Ok(e) => entries.push(e),
+                Err(p) => problems.push(p.to_string()),
+            }
+        }
+        parsed.push((key, entries));
+    }
+    if !problems.is_empty() {
+        return Err(bad(format!(
+            "nothing was imported: {} file(s) are not memory entries; fix them and import again:\n{}",
+            problems.len(),
+            problems.join("\n")
+        )));
+    }
+    let (mut written, mut forgotten, mut unchanged) = (0, 0, 0);
+    for (key, entries) in parsed {
+        let now = memory.scan_scope(&key).await.map_err(reject)?;
+        for e in &entries {
+            let same = now.entries.iter().any(|o| {
+                o.meta.name == e.meta.name
+                    && o.meta.kind == e.meta.kind
+                    && o.meta.description == e.meta.description
+                    && o.body == e.body
+            });
+            if same {
+                unchanged += 1;
+                continue;
+            }
+            let req = WriteReq {
+                name: e.meta.name.clone(),
+                kind: e.meta.kind,
+                description: e.meta.description.clone(),
+                body: e.body.clone(),
+                source: "user".into(),
+                session: None,
+            };
+            memory.write_scope(&key, req).await.map_err(reject)?;
+            written += 1;
+        }
+        for o in &now.entries {
+            if !entries.iter().any(|e| e.meta.name == o.meta.name) {
+                memory
+                    .forget_scope(
+                        &key,
+                        &o.meta.name,
+                        "not in the folder given to memory_import",
+                        "user",
+                    )
+                    .await
+                    .map_err(reject)?;
+                forgotten += 1;
+            }
+        }
+    }
+    Ok(Response::MemoryImported {
+        written,
+        forgotten,
+        unchanged,
+    })
 }

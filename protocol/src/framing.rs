@@ -344,6 +344,16 @@ mod tests {
             Request::MemoryPath {
                 project: "/w".into(),
             },
+            Request::MemoryExport {},
+            Request::MemoryImport {
+                folders: vec![MemoryFolder {
+                    scope: "user".into(),
+                    files: vec![MemoryFile {
+                        name: "a.md".into(),
+                        text: "---\nname: a\n---\n".into(),
+                    }],
+                }],
+            },
             Request::DreamStatus { project: None },
             Request::DreamLog {
                 project: Some("/w".into()),
@@ -707,6 +717,12 @@ mod tests {
             Response::MemoryPaths {
                 project: "/p".into(),
                 user: "/u".into(),
+            },
+            Response::MemoryFolders { folders: vec![] },
+            Response::MemoryImported {
+                written: 1,
+                forgotten: 2,
+                unchanged: 3,
             },
             Response::Dream {
                 json: "{\"outcome\":\"applied\"}".into(),

@@ -168,6 +168,14 @@ pub enum Request {
     MemoryPath {
         project: String,
     },
+    /// Every scope's entries as files (the client writes them to a folder).
+    MemoryExport {},
+    /// Makes each named scope hold exactly these entries: new and changed
+    /// ones are written, missing ones forgotten (to the trash, restorable).
+    /// Every file is checked first; one that does not parse refuses it all.
+    MemoryImport {
+        folders: Vec<MemoryFolder>,
+    },
     /// Per project (one, or all known): gates, last success, lease.
     DreamStatus {
         project: Option<String>,
@@ -411,6 +419,8 @@ impl Request {
             Request::MemoryForget { .. } => "memory_forget",
             Request::MemoryRestore { .. } => "memory_restore",
             Request::MemoryPath { .. } => "memory_path",
+            Request::MemoryExport { .. } => "memory_export",
+            Request::MemoryImport { .. } => "memory_import",
             Request::DreamStatus { .. } => "dream_status",
             Request::DreamLog { .. } => "dream_log",
             Request::DreamDiff { .. } => "dream_diff",
@@ -560,6 +570,16 @@ pub enum Response {
     MemoryPaths {
         project: String,
         user: String,
+    },
+    /// `memory_export`.
+    MemoryFolders {
+        folders: Vec<MemoryFolder>,
+    },
+    /// `memory_import`: entries written, forgotten, left as they were.
+    MemoryImported {
+        written: u64,
+        forgotten: u64,
+        unchanged: u64,
     },
     /// The `dream_*` answers: a JSON document (statuses, run records, the
     /// restored version), free-form as the records grow.
@@ -900,6 +920,20 @@ pub struct MemoryEntryView {
     pub version: u32,
     /// The session an extracted entry was learned from; empty otherwise.
     pub session: String,
+}
+
+/// One memory scope as files: `scope` is `user` or `projects/<id>` (the
+/// folder it is exported to), each file `<name>.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryFolder {
+    pub scope: String,
+    pub files: Vec<MemoryFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryFile {
+    pub name: String,
+    pub text: String,
 }
 
 /// A file in a memory folder that could not be read as an entry.

@@ -39,6 +39,7 @@ mod pg_chaos;
 mod pg_cluster;
 mod pg_daemon;
 mod pg_harness;
+mod pg_memory;
 mod pg_plans;
 mod pg_sessions;
 mod plans;

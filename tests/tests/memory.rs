@@ -679,3 +679,47 @@ fn an_index_over_25_kb_refuses_the_write_that_would_pass_it() {
         index
     );
 }
+
+#[test]
+fn an_exported_folder_edited_and_imported_becomes_the_memory_and_drops_go_to_the_trash() {
+    let s = seeded();
+    let (env, dir, folder) = (&s.env, &s.dir, &s.folder);
+    std::fs::write(folder.join("extra.md"), hand_entry("extra", "another")).unwrap();
+    let out = env.tmp.path().join("export");
+    let said = env.ctl(&["memory_export", out.to_str().unwrap()]);
+    assert_eq!(said.code, 0, "{}", said.stderr);
+    let id = folder
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let scope = out.join("projects").join(&id);
+    let seed = std::fs::read_to_string(scope.join("seed.md")).unwrap();
+    assert!(seed.contains("first"), "{seed}");
+    std::fs::write(scope.join("seed.md"), seed.replace("first", "edited")).unwrap();
+    std::fs::remove_file(scope.join("extra.md")).unwrap();
+    let said = env.ctl(&["memory_import", out.to_str().unwrap()]);
+    assert_eq!(said.code, 0, "{}", said.stderr);
+    assert!(
+        said.stdout.contains("1 written, 1 forgotten"),
+        "{}",
+        said.stdout
+    );
+    let body = std::fs::read_to_string(folder.join("seed.md")).unwrap();
+    assert!(body.contains("edited"), "{body}");
+    assert!(!folder.join("extra.md").exists());
+    let trash: Vec<String> = std::fs::read_dir(folder.join(".trash"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(trash.iter().any(|n| n.starts_with("extra@")), "{trash:?}");
+    let names: Vec<String> = listing(env, dir)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["seed"]);
+}

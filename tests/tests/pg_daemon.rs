@@ -529,7 +529,9 @@ fn a_node_with_plans_in_its_own_store_says_which_store_is_in_use() {
     let daemon = env.start();
     let log = daemon.log();
     assert!(
-        log.contains("plans, jobs, sessions and channels are on the shared store at 127.0.0.1:"),
+        log.contains(
+            "plans, jobs, sessions, channels and memory are on the shared store at 127.0.0.1:"
+        ),
         "{log}"
     );
     assert!(

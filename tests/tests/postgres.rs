@@ -1006,3 +1006,108 @@ fn a_channel_keeper_takes_free_bindings_and_fences_itself_when_the_database_is_g
     assert!(held.lock().unwrap().is_empty());
     keeper.abort();
 }
+
+#[test]
+fn two_nodes_writing_one_memory_scope_at_once_lose_no_entry() {
+    use flyto_actors::clock::SystemClock;
+    use flyto_actors::memory::shared::SharedMemory;
+    use flyto_actors::memory::{Kind, Memory, MemoryArgs, MemoryManager, ScopeKey, WriteReq};
+    let pg = TestPostgres::start();
+    let rt = runtime();
+    let shared = rt.block_on(fresh(&pg, "mem"));
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes: Vec<Memory> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let state = tmp.path().join(n);
+            let name = format!("test.memory.{n}");
+            let shared = shared.clone();
+            let (state2, name2) = (state.clone(), name.clone());
+            rt.block_on(rt.spawn(async move {
+                ractor::Actor::spawn(
+                    Some(name2),
+                    MemoryManager,
+                    MemoryArgs {
+                        state_dir: state2,
+                        clock: Arc::new(SystemClock),
+                        idle: Duration::from_secs(60),
+                        shared: Some(Arc::new(SharedMemory::new(shared))),
+                    },
+                )
+                .await
+                .unwrap()
+            }))
+            .unwrap();
+            Memory {
+                manager: name,
+                state_dir: state,
+            }
+        })
+        .collect();
+    let writers: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let m = m.clone();
+            rt.spawn(async move {
+                for k in 0..15 {
+                    let req = WriteReq {
+                        name: format!("n{i}-{k}"),
+                        kind: Kind::User,
+                        description: format!("entry {k} of node {i}"),
+                        body: "body".into(),
+                        source: "user".into(),
+                        session: None,
+                    };
+                    m.write_scope(&ScopeKey::User, req).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        rt.block_on(w).unwrap();
+    }
+    for m in &nodes {
+        let m = m.clone();
+        let names = rt
+            .block_on(rt.spawn(async move {
+                let scan = m.scan_scope(&ScopeKey::User).await.unwrap();
+                scan.entries
+                    .iter()
+                    .map(|e| e.meta.name.clone())
+                    .collect::<HashSet<_>>()
+            }))
+            .unwrap();
+        assert_eq!(names.len(), 30, "an update was lost: {names:?}");
+    }
+}
+
+#[test]
+fn one_node_at_a_time_holds_a_projects_dream_lease() {
+    use flyto_actors::memory::shared::SharedMemory;
+    let pg = TestPostgres::start();
+    let rt = runtime();
+    let shared = rt.block_on(fresh(&pg, "dream"));
+    rt.block_on(async {
+        let m = SharedMemory::new(shared.clone());
+        let hour = Duration::from_secs(3600);
+        assert!(m.take_dream_lease("p1", "a", "a/d1", hour).await.unwrap());
+        assert!(!m.take_dream_lease("p1", "b", "b/d1", hour).await.unwrap());
+        assert_eq!(m.dream_holder("p1").await.unwrap().as_deref(), Some("a"));
+        // Another project is free.
+        assert!(m.take_dream_lease("p2", "b", "b/d2", hour).await.unwrap());
+        // A drop names its run: b cannot drop a's lease.
+        m.drop_dream_lease("p1", "b/d1").await.unwrap();
+        assert_eq!(m.dream_holder("p1").await.unwrap().as_deref(), Some("a"));
+        m.drop_dream_lease("p1", "a/d1").await.unwrap();
+        assert!(m.take_dream_lease("p1", "b", "b/d3", hour).await.unwrap());
+        // A dead holder's lease runs out, and another node takes it.
+        count(
+            &shared,
+            "WITH e AS (UPDATE flyto_dream_leases SET until = now() - interval '1 second' RETURNING 1) SELECT count(*) FROM e",
+        )
+        .await;
+        assert!(m.take_dream_lease("p1", "a", "a/d4", hour).await.unwrap());
+        assert_eq!(m.dream_holder("p1").await.unwrap().as_deref(), Some("a"));
+    });
+}

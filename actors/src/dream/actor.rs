@@ -368,6 +368,30 @@ impl DreamState {
         }
         let id = format!("d{}", self.next_run);
         self.next_run += 1;
+        if let Some((mem, node)) = &self.ctx.shared {
+            // One node at a time consolidates a project; the lease covers
+            // the run's time limit, so a dead node's runs out by itself.
+            let run = format!("{node}/{id}");
+            let lease = config.time_limit + std::time::Duration::from_secs(60);
+            let taken = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    match mem.take_dream_lease(project, node, &run, lease).await? {
+                        true => Ok(None),
+                        false => mem.dream_holder(project).await.map(Some),
+                    }
+                })
+            })
+            .map_err(|e| Reject::new(ErrorCode::Unavailable, format!("the shared store: {e}")))?;
+            if let Some(holder) = taken {
+                return Err(Reject::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "a dream of this project is running on node {}: wait for it, `flytoctl dream_status` shows its end",
+                        holder.unwrap_or_else(|| "(just ended)".into())
+                    ),
+                ));
+            }
+        }
         let pd = ProjectDir::new(&self.ctx.state_dir, project);
         let stop = gate(p, &config, now);
         let gates = Check { at_ms: now, stop }.gates(&config);
@@ -410,6 +434,18 @@ impl DreamState {
         let now = self.ctx.clock.now_ms();
         let pd = ProjectDir::new(&self.ctx.state_dir, project);
         pd.drop_lease();
+        if let Some((mem, node)) = &self.ctx.shared {
+            let (mem, project, run) = (
+                mem.clone(),
+                project.to_string(),
+                format!("{node}/{}", record.id),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = mem.drop_dream_lease(&project, &run).await {
+                    tracing::warn!(project = %project, error = %e, "cannot give the dream lease back; it runs out by itself");
+                }
+            });
+        }
         let Some(p) = self.projects.get_mut(project) else {
             return;
         };

@@ -45,6 +45,8 @@ pub struct RunCtx {
     pub llm: LlmClient,
     pub models: Arc<dyn Fn() -> Arc<Models> + Send + Sync>,
     pub clock: Arc<dyn Clock>,
+    /// On the shared store: where the dream leases are, and this node's id.
+    pub shared: Option<(Arc<crate::memory::shared::SharedMemory>, String)>,
 }
 
 pub struct RunArgs {

@@ -2,10 +2,14 @@
 //! its `ScopeActor`, spawning it on demand, linked to itself; a scope
 //! actor with nothing to do for `idle` stops, and the manager forgets it.
 //! A scope actor handles one message at a time, so its folder sees one
-//! change at a time.
+//! change at a time. On the shared store it syncs its folder with the
+//! scope's rows around each message (`shared.rs`): a change is made on
+//! the memory as the database has it, and made again if another node
+//! wrote first.
 
 use super::MemoryError;
 use super::cache::{Cache, Snapshot};
+use super::shared::{ScopeSync, SharedMemory};
 use super::store::{Scan, ScopeDir, WriteReq, Written};
 use super::switch::{Check, Staged, Switched};
 use super::versions::{Files, VersionMeta};
@@ -39,7 +43,27 @@ impl ScopeKey {
             ScopeKey::User => "user",
         }
     }
+    /// Its name on the shared store: `user` or `project/<id>`.
+    pub fn shared_name(&self) -> String {
+        match self {
+            ScopeKey::Project(id) => format!("project/{id}"),
+            ScopeKey::User => "user".into(),
+        }
+    }
+    /// The key of a shared store name.
+    pub fn from_shared_name(name: &str) -> Option<ScopeKey> {
+        match name.split_once('/') {
+            Some(("project", id)) if !id.is_empty() && !id.contains('/') && id != ".." => {
+                Some(ScopeKey::Project(id.to_string()))
+            }
+            None if name == "user" => Some(ScopeKey::User),
+            _ => None,
+        }
+    }
 }
+
+/// Times a change is made again after other nodes wrote the scope first.
+const MAX_REDO: usize = 12;
 
 pub enum ScopeMsg {
     Scan {
@@ -96,9 +120,53 @@ pub struct ScopeState {
     /// The folder's parsed entries between messages; gone when idle.
     cache: Cache,
     watch: Option<Arc<FolderWatch>>,
+    /// Set on the shared store.
+    sync: Option<ScopeSync>,
 }
 
 impl ScopeState {
+    /// The folder as the database has the scope now.
+    fn sync_in(&mut self) -> Result<(), MemoryError> {
+        if let Some(s) = &mut self.sync
+            && s.pull(&self.dir.dir, true)?
+        {
+            self.relook();
+        }
+        Ok(())
+    }
+
+    /// Makes a change and, on the shared store, writes it back; made
+    /// again on what another node wrote when it wrote first.
+    fn mutate<T>(
+        &mut self,
+        op: impl Fn(&ScopeDir, &mut Cache) -> Result<T, MemoryError>,
+    ) -> Result<T, MemoryError> {
+        for attempt in 0..MAX_REDO {
+            if attempt > 0
+                && let Some(s) = &mut self.sync
+            {
+                // Nodes that keep colliding drift apart.
+                let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 0..=2 * attempt as u64);
+                std::thread::sleep(Duration::from_millis(ms));
+                // The folder holds this node's change that lost: back to
+                // what the other node wrote.
+                s.pull(&self.dir.dir, false)?;
+                self.relook();
+            }
+            let done = op(&self.dir, &mut self.cache)?;
+            let Some(s) = &mut self.sync else {
+                return Ok(done);
+            };
+            if s.push(&self.dir.dir)? {
+                return Ok(done);
+            }
+            tracing::debug!(scope = %s.scope, attempt, "another node changed the memory first; making the change again");
+        }
+        Err(MemoryError::Unavailable(
+            "other nodes keep changing this memory scope: try again".into(),
+        ))
+    }
+
     /// After a switch the folder is another inode: drop what was known of
     /// the old one, and watch the new one from the next look.
     fn relook(&mut self) {
@@ -112,25 +180,35 @@ impl ScopeState {
 impl Actor for ScopeActor {
     type Msg = ScopeMsg;
     type State = ScopeState;
-    type Arguments = (ScopeDir, Duration, Option<Arc<FolderWatch>>);
+    type Arguments = (
+        ScopeDir,
+        Duration,
+        Option<Arc<FolderWatch>>,
+        Option<ScopeSync>,
+    );
 
     async fn pre_start(
         &self,
         myself: ActorRef<ScopeMsg>,
-        (dir, idle, watch): Self::Arguments,
+        (dir, idle, watch, sync): Self::Arguments,
     ) -> Result<ScopeState, ActorProcessingErr> {
-        // Old tombstones go whenever a folder wakes up.
-        if let Err(e) = dir.sweep() {
-            tracing::warn!("memory trash sweep of {}: {e}", dir.dir.display());
-        }
-        myself.send_after(idle, || ScopeMsg::Idle(0));
-        Ok(ScopeState {
+        let mut state = ScopeState {
             dir,
             idle,
             seen: 0,
             cache: Cache::watched_by(watch.clone()),
             watch,
-        })
+            sync,
+        };
+        // Old tombstones go whenever a folder wakes up.
+        let swept = state
+            .sync_in()
+            .and_then(|()| state.mutate(|d, _| d.sweep()));
+        if let Err(e) = swept {
+            tracing::warn!("memory trash sweep of {}: {e}", state.dir.dir.display());
+        }
+        myself.send_after(idle, || ScopeMsg::Idle(0));
+        Ok(state)
     }
 
     async fn post_stop(
@@ -159,19 +237,25 @@ impl Actor for ScopeActor {
         state.seen += 1;
         let seen = state.seen;
         myself.send_after(state.idle, move || ScopeMsg::Idle(seen));
-        let (d, cache) = (&state.dir, &mut state.cache);
+        let synced = state.sync_in();
         let file = |name: &str| format!("{name}.md");
         match msg {
             ScopeMsg::Scan { reply } => {
-                let _ = reply.send(cache.snapshot(d).map(|s| s.scan.clone()));
+                let (d, cache) = (&state.dir, &mut state.cache);
+                let _ = reply.send(synced.and_then(|()| cache.snapshot(d).map(|s| s.scan.clone())));
             }
             ScopeMsg::Snapshot { reply } => {
-                let _ = reply.send(cache.snapshot(d));
+                let (d, cache) = (&state.dir, &mut state.cache);
+                let _ = reply.send(synced.and_then(|()| cache.snapshot(d)));
             }
             ScopeMsg::Write { req, reply } => {
-                let written = cache.snapshot(d).and_then(|s| {
-                    cache.forget(&file(&req.name));
-                    d.write_over(&s.scan, &req)
+                let written = synced.and_then(|()| {
+                    state.mutate(|d, cache| {
+                        cache.snapshot(d).and_then(|s| {
+                            cache.forget(&file(&req.name));
+                            d.write_over(&s.scan, &req)
+                        })
+                    })
                 });
                 let _ = reply.send(written);
             }
@@ -181,15 +265,26 @@ impl Actor for ScopeActor {
                 source,
                 reply,
             } => {
-                cache.forget(&file(&name));
-                let _ = reply.send(d.forget(&name, &reason, &source));
+                let done = synced.and_then(|()| {
+                    state.mutate(|d, cache| {
+                        cache.forget(&file(&name));
+                        d.forget(&name, &reason, &source)
+                    })
+                });
+                let _ = reply.send(done);
             }
             ScopeMsg::Restore { name, reply } => {
-                cache.forget(&file(&name));
-                let _ = reply.send(d.restore(&name));
+                let done = synced.and_then(|()| {
+                    state.mutate(|d, cache| {
+                        cache.forget(&file(&name));
+                        d.restore(&name)
+                    })
+                });
+                let _ = reply.send(done);
             }
             ScopeMsg::Stage { staging, reply } => {
-                let _ = reply.send(super::switch::stage(d, staging));
+                let d = &state.dir;
+                let _ = reply.send(synced.and_then(|()| super::switch::stage(d, staging)));
             }
             ScopeMsg::Switch {
                 base,
@@ -199,12 +294,18 @@ impl Actor for ScopeActor {
                 keep,
                 reply,
             } => {
-                let done = super::switch::switch(d, &base, &staged, meta, &check, keep);
+                let done = synced.and_then(|()| {
+                    state.mutate(|d, _| {
+                        super::switch::switch(d, &base, &staged, meta.clone(), &check, keep)
+                    })
+                });
                 state.relook();
                 let _ = reply.send(done);
             }
             ScopeMsg::Undo { run, keep, reply } => {
-                let done = super::switch::undo(d, run.as_deref(), keep);
+                let done = synced.and_then(|()| {
+                    state.mutate(|d, _| super::switch::undo(d, run.as_deref(), keep))
+                });
                 state.relook();
                 let _ = reply.send(done);
             }
@@ -221,6 +322,29 @@ pub enum ManagerMsg {
     },
     /// Scope actors alive now.
     Live { reply: RpcReplyPort<usize> },
+    /// Every scope that has memory: the database's on the shared store,
+    /// else the folders under the state directory.
+    Keys {
+        reply: RpcReplyPort<Result<Vec<ScopeKey>, MemoryError>>,
+    },
+}
+
+/// The scopes whose folders exist under `state_dir`.
+fn local_keys(state_dir: &Path) -> Vec<ScopeKey> {
+    let mut keys = Vec::new();
+    if ScopeKey::User.dir(state_dir).is_dir() {
+        keys.push(ScopeKey::User);
+    }
+    let mut projects: Vec<String> = std::fs::read_dir(state_dir.join("projects"))
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.ok())
+        .filter_map(|d| d.file_name().into_string().ok())
+        .filter(|id| ScopeKey::Project(id.clone()).dir(state_dir).is_dir())
+        .collect();
+    projects.sort();
+    keys.extend(projects.into_iter().map(ScopeKey::Project));
+    keys
 }
 
 pub struct MemoryArgs {
@@ -228,6 +352,8 @@ pub struct MemoryArgs {
     pub clock: Arc<dyn Clock>,
     /// A scope actor with no message for this long stops.
     pub idle: Duration,
+    /// Set on the shared store: the folders are working copies of rows.
+    pub shared: Option<Arc<SharedMemory>>,
 }
 
 pub struct MemoryManager;
@@ -281,10 +407,15 @@ impl Actor for MemoryManager {
                             label: key.label(),
                             clock: state.args.clock.clone(),
                         };
+                        let sync = state
+                            .args
+                            .shared
+                            .as_ref()
+                            .map(|m| ScopeSync::new(m.clone(), key.shared_name()));
                         match Actor::spawn_linked(
                             None,
                             ScopeActor,
-                            (dir, state.args.idle, state.watch.clone()),
+                            (dir, state.args.idle, state.watch.clone(), sync),
                             myself.get_cell(),
                         )
                         .await
@@ -303,6 +434,22 @@ impl Actor for MemoryManager {
             }
             ManagerMsg::Live { reply } => {
                 let _ = reply.send(state.live.len());
+            }
+            ManagerMsg::Keys { reply } => {
+                let keys = match &state.args.shared {
+                    Some(m) => m
+                        .scopes()
+                        .await
+                        .map(|names| {
+                            names
+                                .iter()
+                                .filter_map(|n| ScopeKey::from_shared_name(n))
+                                .collect()
+                        })
+                        .map_err(|e| MemoryError::Unavailable(format!("the shared store: {e}"))),
+                    None => Ok(local_keys(&state.args.state_dir)),
+                };
+                let _ = reply.send(keys);
             }
         }
         Ok(())
@@ -341,6 +488,7 @@ mod tests {
                 state_dir: dir.join("state"),
                 clock: Arc::new(ManualClock::new(1_700_000_000_000)),
                 idle,
+                shared: None,
             },
         )
         .await

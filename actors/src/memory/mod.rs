@@ -22,6 +22,7 @@ pub mod entry;
 pub mod extract;
 pub mod prompt;
 pub mod search;
+pub mod shared;
 pub mod store;
 pub mod switch;
 pub mod tools;
@@ -32,7 +33,8 @@ pub use actor::{MEMORY_MANAGER_NAME, MemoryArgs, MemoryManager};
 pub use entry::{Entry, Kind, Problem};
 pub use store::{Scan, WriteReq, Written};
 
-use actor::{ManagerMsg, ScopeKey, ScopeMsg};
+pub use actor::ScopeKey;
+use actor::{ManagerMsg, ScopeMsg};
 use flyto_protocol::ErrorCode;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
@@ -319,6 +321,51 @@ impl Memory {
         }
         self.ask(&key, |reply| ScopeMsg::Write {
             req: req.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Every scope that has memory (see [`ManagerMsg::Keys`]).
+    pub async fn scope_keys(&self) -> Result<Vec<ScopeKey>, MemoryError> {
+        let gone = || MemoryError::Unavailable("the memory service is not running".into());
+        let cell = ractor::registry::where_is(self.manager.clone()).ok_or_else(gone)?;
+        let manager = ActorRef::<ManagerMsg>::from(cell);
+        match manager
+            .call(|reply| ManagerMsg::Keys { reply }, Some(CALL_TIMEOUT))
+            .await
+        {
+            Ok(CallResult::Success(r)) => r,
+            _ => Err(gone()),
+        }
+    }
+
+    /// What one scope holds.
+    pub async fn scan_scope(&self, key: &ScopeKey) -> Result<Scan, MemoryError> {
+        self.ask(key, |reply| ScopeMsg::Scan { reply }).await
+    }
+
+    /// Creates or replaces an entry in one scope.
+    pub async fn write_scope(&self, key: &ScopeKey, req: WriteReq) -> Result<Written, MemoryError> {
+        self.ask(key, |reply| ScopeMsg::Write {
+            req: req.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Tombstones an entry of one scope.
+    pub async fn forget_scope(
+        &self,
+        key: &ScopeKey,
+        name: &str,
+        reason: &str,
+        source: &str,
+    ) -> Result<PathBuf, MemoryError> {
+        self.ask(key, |reply| ScopeMsg::Forget {
+            name: name.to_string(),
+            reason: reason.to_string(),
+            source: source.to_string(),
             reply,
         })
         .await

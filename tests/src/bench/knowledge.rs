@@ -371,6 +371,7 @@ fn start_memory(rt: &tokio::runtime::Runtime, state: &Path, name: &str) -> anyho
             state_dir: state.to_path_buf(),
             clock: Arc::new(SystemClock),
             idle: Duration::from_secs(3600),
+            shared: None,
         },
     ))
     .context("memory manager")?;
