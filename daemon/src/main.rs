@@ -615,6 +615,23 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // This node's previous run on this state directory is over (its lock
+    // is ours): what it ran in-process (agent runs, channel bindings)
+    // need not wait for its leases to run out.
+    let previous_node = joined
+        .as_ref()
+        .and_then(|j| shared_store::previous_node(&state_dir, &j.node));
+    if let (Some(j), Some(prev)) = (&joined, &previous_node) {
+        match flyto_actors::session::shared::release_node(&j.shared, prev).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(node = %prev, n, "gave up the session claims of this node's previous run")
+            }
+            Err(e) => {
+                tracing::warn!(node = %prev, error = %e, "cannot give up the session claims of this node's previous run; they run out by themselves")
+            }
+        }
+    }
     let shared_reader = joined.as_ref().map(|j| {
         use flyto_actors::store::postgres::listen::Listener;
         use flyto_actors::store::postgres::plans::{PLANS_CHANNEL, WORK_CHANNEL};
@@ -910,7 +927,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 let cluster = flyto_actors::channels::lease::Cluster {
                     backend: backend.clone(),
                     node: j.node.clone(),
-                    previous: shared_store::previous_node(&state_dir, &j.node),
+                    previous: previous_node.clone(),
                     listener: Some(r.listener.clone()),
                     times: Default::default(),
                 };

@@ -31,6 +31,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// Lets the claims of `node` (this node's previous run on the same state
+/// directory, over for sure) run out now: another node, or this one,
+/// takes those sessions at once and repairs a run the crash cut short.
+pub async fn release_node(
+    shared: &Shared,
+    node: &str,
+) -> Result<u64, crate::store::postgres::PgError> {
+    let c = shared.client().await?;
+    c.execute(
+        "UPDATE flyto_sessions SET lease_until = now() - interval '1 second'
+         WHERE lease_node = $1 AND lease_until >= now()",
+        &[&node],
+    )
+    .await
+    .map_err(shared.query_err("releasing a previous run's session claims"))
+}
+
 /// A claim this node holds, or held until it was lost: writes keep
 /// presenting its token (and so are refused) until the room releases it.
 struct Held {
