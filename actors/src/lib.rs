@@ -11,6 +11,7 @@ pub mod clock;
 pub mod compaction;
 pub mod dream;
 pub mod failpoint;
+pub mod hooks;
 pub mod llm;
 pub mod memory;
 pub mod plans;

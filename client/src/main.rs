@@ -14,6 +14,7 @@ mod cmd_breaker;
 mod cmd_channels;
 mod cmd_daemon;
 mod cmd_dream;
+mod cmd_hooks;
 mod cmd_jobs;
 mod cmd_memory;
 mod cmd_plans;
@@ -204,6 +205,10 @@ enum Command {
     /// could not be loaded, with file, line and reason.
     #[command(name = "skill_list")]
     SkillList(cmd_skills::ListArgs),
+
+    /// The hooks ([[hooks]] in the config) with their last outcomes
+    #[command(name = "hook_list")]
+    HookList(cmd_hooks::ListArgs),
 
     /// Show one skill: where it comes from, what it shadows, its files and body
     #[command(name = "skill_show")]
@@ -423,6 +428,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Chat(args) => chat::run(&ctx, args),
         Command::PolicyCheck(args) => cmd_policy::run(&ctx, args),
         Command::SkillList(args) => cmd_skills::list(&ctx, args),
+        Command::HookList(args) => cmd_hooks::list(&ctx, args),
         Command::SkillShow(args) => cmd_skills::show(&ctx, args),
         Command::SkillReload(args) => cmd_skills::reload(&ctx, args),
         Command::MemoryList(args) => cmd_memory::list(&ctx, args),

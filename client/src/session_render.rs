@@ -193,6 +193,15 @@ impl RunView {
             SessionEvent::Notice { message } => {
                 self.line(err.paint(&one_line(&format!("note: {message}")), Tone::Dim));
             }
+            SessionEvent::Hook {
+                name,
+                event,
+                outcome,
+                duration_ms,
+            } => {
+                let note = format!("hook {name} ({event}): {outcome} in {duration_ms} ms");
+                self.line(err.paint(&one_line(&note), Tone::Dim));
+            }
             SessionEvent::CompactStarted { tokens, compact_at } => {
                 // A manual compaction may start below the threshold.
                 let relation = if tokens >= compact_at { "≥" } else { "<" };

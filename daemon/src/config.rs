@@ -32,6 +32,80 @@ pub struct Config {
     pub jobs: JobsSection,
     pub channels: ChannelsSection,
     pub store: StoreSection,
+    /// `[[hooks]]`: people's commands around runs and tool calls.
+    pub hooks: Vec<HookEntry>,
+}
+
+/// One `[[hooks]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookEntry {
+    /// Shown in events and `hook_list`; default `<event>#<n>`.
+    pub name: Option<String>,
+    pub event: String,
+    /// A tool name or glob (`bash`, `write*`); tool events only.
+    pub matcher: Option<String>,
+    pub command: String,
+    #[serde(default = "hook_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Block when the hook fails or times out (default: go on).
+    #[serde(default)]
+    pub required: bool,
+}
+
+fn hook_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl Config {
+    /// The hooks as the session room runs them (parse() checked them).
+    pub fn hooks(&self) -> anyhow::Result<Vec<flyto_actors::hooks::HookSpec>> {
+        use flyto_actors::hooks::{HookEvent, HookSpec, tool_matcher};
+        let mut out: Vec<HookSpec> = Vec::new();
+        for (i, h) in self.hooks.iter().enumerate() {
+            let at = format!("[[hooks]] #{}", i + 1);
+            let event = HookEvent::parse(&h.event).ok_or_else(|| {
+                let known: Vec<&str> = HookEvent::ALL.iter().map(|e| e.as_str()).collect();
+                anyhow::anyhow!(
+                    "{at}: event `{}` is not known: use one of {}",
+                    h.event,
+                    known.join(", ")
+                )
+            })?;
+            if h.command.trim().is_empty() {
+                bail!("{at}: `command` is empty: give the command to run");
+            }
+            if h.timeout.is_zero() {
+                bail!("{at}: `timeout` must be more than 0 (for example \"10s\")");
+            }
+            let matcher = match &h.matcher {
+                Some(m) if !matches!(event, HookEvent::PreToolUse | HookEvent::PostToolUse) => {
+                    bail!(
+                        "{at}: `matcher = \"{m}\"` applies only to pre_tool_use and post_tool_use hooks: remove it"
+                    )
+                }
+                Some(m) => Some(tool_matcher(m).map_err(|e| anyhow::anyhow!("{at}: {e}"))?),
+                None => None,
+            };
+            let name = h
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{}#{}", h.event, i + 1));
+            if out.iter().any(|o| o.name == name) {
+                bail!("{at}: the name `{name}` is used twice: give each hook its own name");
+            }
+            out.push(HookSpec {
+                name,
+                event,
+                matcher,
+                matcher_text: h.matcher.clone(),
+                command: h.command.clone(),
+                timeout: h.timeout,
+                required: h.required,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// `[store]`: where plans are kept. `sled` (the default) is this node's
@@ -444,6 +518,9 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         );
     }
     check_log_level(&config.daemon.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    config
+        .hooks()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
     if config.store.backend == Backend::Sled && config.store.url.is_some() {
         bail!(

@@ -565,6 +565,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             },
         ),
     };
+    let hooks = Arc::new(flyto_actors::hooks::Hooks::new(config.hooks()?));
     let ctx = Arc::new(server::Ctx {
         plans: RwLock::new(Arc::new(plans)),
         store: RwLock::new(Arc::new(store_info)),
@@ -580,6 +581,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         memory: memory.clone(),
         clock: clock.clone(),
         run_streams: Arc::default(),
+        hooks: hooks.clone(),
     });
     let socket_dir = bound
         .path
@@ -763,6 +765,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         skills: skills.clone(),
         memory: memory.clone(),
         extractions: Default::default(),
+        hooks: hooks.clone(),
     });
     let breaker_spec = {
         let store = store.clone();
@@ -1056,6 +1059,9 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         }
                         if let Ok(mut c) = session_deps.config.write() {
                             *c = new.config.session_config(&socket_path);
+                        }
+                        if let Ok(h) = new.config.hooks() {
+                            session_deps.hooks.replace(h);
                         }
                         flyto_actors::memory::entry::declare_types(&new.config.memory_types());
                         // SIGHUP also rescans the skills.

@@ -49,6 +49,8 @@ pub struct Ctx {
     pub clock: Arc<dyn flyto_actors::Clock>,
     /// Streams of a run's events still being written to their clients.
     pub run_streams: Arc<RunStreams>,
+    /// The hooks sessions run, for `hook_list`.
+    pub hooks: Arc<flyto_actors::hooks::Hooks>,
 }
 
 impl Ctx {
@@ -892,6 +894,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             Err(r) => Err(r),
         },
         Request::PolicyCheck { command, workdir } => policy_check(ctx, &command, &workdir),
+        Request::HookList {} => Ok(hook_list(&ctx.hooks)),
         Request::SkillList { workdir } => skill_set(ctx, "skill_list", &workdir).map(|set| {
             Response::Skills {
                 skills: set.skills.values().map(|s| skill_view(&set, s)).collect(),
@@ -1347,5 +1350,36 @@ async fn jobs_request(req: Request) -> Result<Response, Reject> {
             ErrorCode::BadRequest,
             format!("`{}` is not a job request", other.op()),
         )),
+    }
+}
+
+fn hook_list(hooks: &flyto_actors::hooks::Hooks) -> Response {
+    let rfc3339 = |ms: u64| {
+        chrono::DateTime::from_timestamp_millis(ms as i64)
+            .unwrap_or_default()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    Response::Hooks {
+        hooks: hooks
+            .specs()
+            .iter()
+            .map(|h| flyto_protocol::HookView {
+                name: h.name.clone(),
+                event: h.event.as_str().into(),
+                matcher: h.matcher_text.clone(),
+                command: h.command.clone(),
+                timeout_ms: h.timeout.as_millis() as u64,
+                required: h.required,
+                last: hooks
+                    .last(&h.name)
+                    .into_iter()
+                    .map(|r| flyto_protocol::HookRunView {
+                        outcome: r.outcome,
+                        duration_ms: r.duration_ms,
+                        at: rfc3339(r.at_ms),
+                    })
+                    .collect(),
+            })
+            .collect(),
     }
 }

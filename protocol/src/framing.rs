@@ -345,6 +345,7 @@ mod tests {
                 project: "/w".into(),
             },
             Request::MemoryExport {},
+            Request::HookList {},
             Request::MemoryImport {
                 folders: vec![MemoryFolder {
                     scope: "user".into(),
@@ -719,6 +720,7 @@ mod tests {
                 user: "/u".into(),
             },
             Response::MemoryFolders { folders: vec![] },
+            Response::Hooks { hooks: vec![] },
             Response::MemoryImported {
                 written: 1,
                 forgotten: 2,

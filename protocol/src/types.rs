@@ -170,6 +170,8 @@ pub enum Request {
     },
     /// Every scope's entries as files (the client writes them to a folder).
     MemoryExport {},
+    /// The configured hooks and their last outcomes.
+    HookList {},
     /// Makes each named scope hold exactly these entries: new and changed
     /// ones are written, missing ones forgotten (to the trash, restorable).
     /// Every file is checked first; one that does not parse refuses it all.
@@ -420,6 +422,7 @@ impl Request {
             Request::MemoryRestore { .. } => "memory_restore",
             Request::MemoryPath { .. } => "memory_path",
             Request::MemoryExport { .. } => "memory_export",
+            Request::HookList { .. } => "hook_list",
             Request::MemoryImport { .. } => "memory_import",
             Request::DreamStatus { .. } => "dream_status",
             Request::DreamLog { .. } => "dream_log",
@@ -575,6 +578,10 @@ pub enum Response {
     MemoryFolders {
         folders: Vec<MemoryFolder>,
     },
+    /// `hook_list`, in config order.
+    Hooks {
+        hooks: Vec<HookView>,
+    },
     /// `memory_import`: entries written, forgotten, left as they were.
     MemoryImported {
         written: u64,
@@ -701,6 +708,14 @@ pub enum SessionEvent {
     /// Retries, fallbacks and other things worth telling the user.
     Notice {
         message: String,
+    },
+    /// A hook ran: its name, its event, how it ended (`ok`, `blocked:
+    /// <reason>`, `context added`, `failed: …`, `timed out after Ns`).
+    Hook {
+        name: String,
+        event: String,
+        outcome: String,
+        duration_ms: u64,
     },
     /// The run was cancelled: by a user, or (`shutdown`) because flytod
     /// is shutting down.
@@ -920,6 +935,26 @@ pub struct MemoryEntryView {
     pub version: u32,
     /// The session an extracted entry was learned from; empty otherwise.
     pub session: String,
+}
+
+/// A configured hook and how its last runs ended (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookView {
+    pub name: String,
+    pub event: String,
+    pub matcher: Option<String>,
+    pub command: String,
+    pub timeout_ms: u64,
+    pub required: bool,
+    pub last: Vec<HookRunView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookRunView {
+    pub outcome: String,
+    pub duration_ms: u64,
+    /// RFC 3339 (UTC).
+    pub at: String,
 }
 
 /// One memory scope as files: `scope` is `user` or `projects/<id>` (the

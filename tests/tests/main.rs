@@ -31,6 +31,7 @@ mod dream;
 mod durability;
 mod extraction;
 mod guards;
+mod hooks;
 mod jobs;
 mod lifecycle;
 mod memory;

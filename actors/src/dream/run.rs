@@ -159,6 +159,7 @@ async fn work(
             cancel,
             approver: None,
             sandbox: None,
+            hooks: None,
         },
         max_calls: args.config.max_calls.max(1),
         max_cost_usd: (args.config.max_cost_usd > 0.0).then_some(args.config.max_cost_usd),

@@ -201,6 +201,7 @@ pub async fn run(
             cancel,
             approver: None,
             sandbox: None,
+            hooks: None,
         },
         max_calls: MAX_CALLS,
         max_cost_usd: None,

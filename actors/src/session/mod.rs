@@ -106,6 +106,8 @@ pub struct SessionDeps {
     pub memory: crate::memory::Memory,
     /// Background memory extractions in flight, one per project.
     pub extractions: crate::memory::extract::Flights,
+    /// People's hooks around runs and tool calls.
+    pub hooks: Arc<crate::hooks::Hooks>,
 }
 
 impl SessionDeps {

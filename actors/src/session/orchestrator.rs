@@ -235,6 +235,23 @@ async fn run_one(registry: &Registry, ctx: &ToolContext, call: &ToolCall) -> Too
     let Some(tool) = registry.get(&call.name) else {
         return unknown_tool(registry, &call.name);
     };
+    if let Some(hooks) = &ctx.hooks
+        && let Some(reason) = hooks.before(&call.name, &call.arguments_json).await
+    {
+        return ToolOutput::error(format!("blocked by a hook, the call did not run: {reason}"));
+    }
+    let output = call_tool(tool.as_ref(), ctx, call).await;
+    if let Some(hooks) = &ctx.hooks {
+        hooks.after(&call.name, &call.arguments_json, &output);
+    }
+    output
+}
+
+async fn call_tool(
+    tool: &dyn crate::tools::Tool,
+    ctx: &ToolContext,
+    call: &ToolCall,
+) -> ToolOutput {
     match AssertUnwindSafe(tool.call(ctx, &call.arguments_json))
         .catch_unwind()
         .await
@@ -535,6 +552,7 @@ mod tests {
             cancel: CancellationToken::new(),
             approver: None,
             sandbox: None,
+            hooks: None,
         };
         Fixture {
             registry,

@@ -9,11 +9,12 @@ use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
 use super::normalize::normalize;
 use super::orchestrator::{OrchestratorEvent, run_calls};
+use crate::hooks::{HookEnv, HookEvent, Hooks};
 use crate::llm::{
     Assembled, Block, ChatRequest, LlmError, Message, Role, StopReason, StreamEvent, ToolSpec,
 };
-use crate::tools::ToolContext;
 use crate::tools::env::child_env;
+use crate::tools::{ToolContext, ToolHooks, ToolOutput};
 use flyto_protocol::SessionEvent;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -287,6 +288,104 @@ fn humantime_date(now_ms: u64) -> String {
         .to_string()
 }
 
+/// The hooks of one run: where they run, and how they are reported.
+struct SessionHooks {
+    hooks: Arc<Hooks>,
+    env: HookEnv,
+    session: String,
+    emit: Emitter,
+    clock: Arc<dyn crate::clock::Clock>,
+}
+
+impl SessionHooks {
+    async fn run(
+        &self,
+        event: HookEvent,
+        tool: Option<&str>,
+        mut input: serde_json::Value,
+    ) -> crate::hooks::Verdict {
+        if let serde_json::Value::Object(m) = &mut input {
+            m.insert("session_id".into(), self.session.clone().into());
+            m.insert(
+                "workdir".into(),
+                self.env.workdir.display().to_string().into(),
+            );
+        }
+        let emit = self.emit.clone();
+        let report = Arc::new(move |r: crate::hooks::Ran| {
+            emit.emit(SessionEvent::Hook {
+                name: r.name,
+                event: r.event.as_str().into(),
+                outcome: r.outcome,
+                duration_ms: r.duration_ms,
+            })
+        });
+        let clock = self.clock.clone();
+        self.hooks
+            .run(
+                event,
+                tool,
+                input,
+                &self.env,
+                move || clock.now_ms(),
+                report,
+            )
+            .await
+    }
+}
+
+fn tool_input(tool: &str, args_json: &str) -> serde_json::Value {
+    serde_json::json!({
+        "tool_name": tool,
+        "tool_input": serde_json::from_str::<serde_json::Value>(args_json)
+            .unwrap_or_else(|_| serde_json::Value::String(args_json.to_string())),
+    })
+}
+
+impl ToolHooks for SessionHooks {
+    fn before<'a>(
+        &'a self,
+        tool: &'a str,
+        args_json: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>> {
+        Box::pin(async move {
+            if !self.hooks.any(HookEvent::PreToolUse, Some(tool)) {
+                return None;
+            }
+            self.run(
+                HookEvent::PreToolUse,
+                Some(tool),
+                tool_input(tool, args_json),
+            )
+            .await
+            .blocked
+            .map(|(name, reason)| format!("hook `{name}`: {reason}"))
+        })
+    }
+
+    fn after(&self, tool: &str, args_json: &str, output: &ToolOutput) {
+        if !self.hooks.any(HookEvent::PostToolUse, Some(tool)) {
+            return;
+        }
+        let mut input = tool_input(tool, args_json);
+        if let serde_json::Value::Object(m) = &mut input {
+            m.insert("tool_result".into(), output.content.clone().into());
+            m.insert("is_error".into(), output.is_error.into());
+        }
+        let me = SessionHooks {
+            hooks: self.hooks.clone(),
+            env: self.env.clone(),
+            session: self.session.clone(),
+            emit: self.emit.clone(),
+            clock: self.clock.clone(),
+        };
+        let tool = tool.to_string();
+        tokio::spawn(async move {
+            me.run(HookEvent::PostToolUse, Some(&tool), input).await;
+        });
+    }
+}
+
 /// Appends messages to the transcript (memory and store).
 fn append(
     deps: &SessionDeps,
@@ -324,7 +423,7 @@ async fn drive(
     })?;
     let id = format_id(rec.id);
     let sandbox = sandbox_spec(&config, rec, &workdir);
-    let ctx = ToolContext {
+    let mut ctx = ToolContext {
         workdir: workdir.clone(),
         env: child_env(
             std::env::vars(),
@@ -349,7 +448,25 @@ async fn drive(
             timeout: config.approval_timeout,
         })),
         sandbox,
+        hooks: None,
     };
+    let hooks = (!deps.hooks.specs().is_empty()).then(|| {
+        Arc::new(SessionHooks {
+            hooks: deps.hooks.clone(),
+            env: HookEnv {
+                workdir: workdir.clone(),
+                env: ctx.env.clone(),
+                sandbox: ctx.sandbox.clone(),
+                cancel: ctx.cancel.clone(),
+            },
+            session: id.clone(),
+            emit: emit.clone(),
+            clock: deps.clock.clone(),
+        })
+    });
+    if let Some(h) = &hooks {
+        ctx.hooks = Some(h.clone());
+    }
     if ctx.sandbox.is_some()
         && let Some(why) = crate::tools::sandbox::degraded()
     {
@@ -412,6 +529,38 @@ async fn drive(
     let mut stalled = 0;
     let mut repeats: HashMap<(String, String, String), u32> = HashMap::new();
     let mut force = false;
+    // A stop hook may send the run on once.
+    let mut stop_hooked = false;
+    if let Some(h) = &hooks {
+        if !window.iter().any(|m| m.role == Role::Assistant) {
+            h.run(HookEvent::SessionStart, None, serde_json::json!({}))
+                .await;
+        }
+        let verdict = h
+            .run(
+                HookEvent::UserPrompt,
+                None,
+                serde_json::json!({ "prompt": memory_query }),
+            )
+            .await;
+        if let Some((name, reason)) = verdict.blocked {
+            return Ok(Stop::Done {
+                stop: "blocked_by_hook",
+                message: format!("hook `{name}` blocked this message: {reason}"),
+            });
+        }
+        if !verdict.context.is_empty() {
+            append(
+                deps,
+                rec,
+                &mut window,
+                vec![Message::user_text(format!(
+                    "[context added by hooks]\n{}",
+                    verdict.context.join("\n")
+                ))],
+            )?;
+        }
+    }
     // The config refuses 0, so every run may call the model at least once.
     for _ in 0..config.max_iterations {
         // Skills reload while a run goes on: each call sees the set as it is now.
@@ -552,6 +701,27 @@ async fn drive(
                     });
                 }
                 _ => {
+                    if let Some(h) = hooks.as_ref().filter(|_| !stop_hooked) {
+                        stop_hooked = true;
+                        let verdict = h
+                            .run(
+                                HookEvent::Stop,
+                                None,
+                                serde_json::json!({ "last_reply": response.text }),
+                            )
+                            .await;
+                        if let Some((name, reason)) = verdict.blocked {
+                            append(
+                                deps,
+                                rec,
+                                &mut window,
+                                vec![Message::user_text(format!(
+                                    "[hook `{name}` asks you to go on before you finish: {reason}]"
+                                ))],
+                            )?;
+                            continue;
+                        }
+                    }
                     return Ok(Stop::Done {
                         stop: "end_turn",
                         message: String::new(),

@@ -375,6 +375,7 @@ mod tests {
             cancel: CancellationToken::new(),
             approver: None,
             sandbox: None,
+            hooks: None,
         }
     }
 

@@ -108,6 +108,7 @@ pub(crate) mod test_support {
             cancel: CancellationToken::new(),
             approver: None,
             sandbox: None,
+            hooks: None,
         }
     }
 

@@ -48,6 +48,21 @@ pub struct ToolContext {
     pub approver: Option<Arc<dyn Approver>>,
     /// The confinement of the processes the tools start.
     pub sandbox: Option<sandbox::SandboxSpec>,
+    /// People's hooks around each call; `None`: none.
+    pub hooks: Option<Arc<dyn ToolHooks>>,
+}
+
+/// What runs around a tool call (the hooks room, through the session).
+pub trait ToolHooks: Send + Sync {
+    /// Before the call: `Some(reason)` blocks it (the model gets the
+    /// reason as the call's error).
+    fn before<'a>(
+        &'a self,
+        tool: &'a str,
+        args_json: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+    /// After the call, with its result; must not hold the run up.
+    fn after(&self, tool: &str, args_json: &str, output: &ToolOutput);
 }
 
 /// How a request for a person's approval ended.

@@ -47,6 +47,7 @@ pub fn run(rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         cancel: CancellationToken::new(),
         approver: None,
         sandbox,
+        hooks: None,
     };
     let confined = SandboxSpec {
         profile: Profile::WorkspaceWrite,

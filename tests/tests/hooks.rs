@@ -1,0 +1,209 @@
+//! Hooks through the real daemon and a scripted model: a `pre_tool_use`
+//! hook that exits 2 stops the call (the model is told why, the command
+//! never runs) and lets others through; `post_tool_use` sees each result
+//! of a call that ran;
+//! `user_prompt` adds context the model receives; a `stop` hook sends the
+//! run on once; a failing hook is ignored unless it is `required`; every
+//! run shows as a `hook` event and in `hook_list`; a bad `[[hooks]]` entry
+//! is a config error that names the fix.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::fake_llm::Reply;
+use flyto_tests::flyto_protocol::SessionEvent;
+use flyto_tests::sessions_support::{
+    new_session, request_messages, request_tool_result, send, setup_with, workdir,
+};
+use flyto_tests::{DEADLINE, TestEnv, wait_until};
+use serde_json::{Value, json};
+
+const HOOKS: &str = r#"
+[[hooks]]
+name = "no-rm"
+event = "pre_tool_use"
+matcher = "bash"
+command = "grep -q 'rm ' && { echo 'deleting files is not allowed here' >&2; exit 2; } || exit 0"
+
+[[hooks]]
+name = "audit"
+event = "post_tool_use"
+command = "cat >> audit.log; echo >> audit.log"
+
+[[hooks]]
+name = "ticket"
+event = "user_prompt"
+command = "echo '{\"additional_context\": \"ticket FLY-7 is open\"}'"
+
+[[hooks]]
+name = "tests-first"
+event = "stop"
+command = "echo '{\"decision\": \"block\", \"reason\": \"run the tests before you finish\"}'"
+
+[[hooks]]
+name = "flaky"
+event = "pre_tool_use"
+command = "exit 7"
+"#;
+
+fn hook_events(events: &[SessionEvent]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Hook { name, outcome, .. } => Some((name.clone(), outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn all_text(body: &Value) -> String {
+    request_messages(body)
+        .iter()
+        .map(|m| m["content"].to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn hooks_block_a_call_see_results_add_context_and_send_a_run_on_once() {
+    let (fake, env, _daemon) = setup_with(
+        HOOKS,
+        vec![
+            Reply::tool_call("del", "bash", json!({"command": "rm -f keep.txt"})),
+            Reply::tool_call("ok", "bash", json!({"command": "echo made > made.txt"})),
+            Reply::text("all done"),
+            Reply::text("tests pass, done"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    std::fs::write(dir.join("keep.txt"), "precious").unwrap();
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "tidy up");
+
+    // The blocked call never ran; the model was told why.
+    assert!(dir.join("keep.txt").exists(), "the blocked command ran");
+    let requests = fake.requests();
+    let refused = request_tool_result(&requests[1], "del");
+    assert!(
+        refused.contains("blocked by a hook") && refused.contains("deleting files is not allowed"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("made.txt")).unwrap(),
+        "made\n"
+    );
+    // The prompt hook's context reached the model with the first request.
+    assert!(all_text(&requests[0]).contains("ticket FLY-7 is open"));
+    // The stop hook sent the run on once: a fourth request, then the end.
+    assert_eq!(fake.request_count(), 4);
+    assert!(all_text(&requests[3]).contains("run the tests before you finish"));
+
+    let hooks = hook_events(&events);
+    assert!(
+        hooks.contains(&(
+            "no-rm".into(),
+            "blocked: deleting files is not allowed here".into()
+        )),
+        "{hooks:?}"
+    );
+    assert!(
+        hooks.contains(&("ticket".into(), "context added".into())),
+        "{hooks:?}"
+    );
+    // A failing hook that is not required is reported and ignored.
+    assert!(
+        hooks.contains(&("flaky".into(), "failed: exit 7".into())),
+        "{hooks:?}"
+    );
+
+    // post_tool_use saw the call that ran (in the background); the
+    // blocked one never ran, so it has no result to see.
+    let audit = wait_until("the audit hook saw the call", DEADLINE, || {
+        std::fs::read_to_string(dir.join("audit.log"))
+            .ok()
+            .filter(|t| t.ends_with("\n\n"))
+    });
+    let lines: Vec<Value> = audit
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{audit}");
+    assert_eq!(lines[0]["event"], "post_tool_use");
+    assert_eq!(lines[0]["session_id"], id.as_str());
+    assert_eq!(lines[0]["tool_input"]["command"], "echo made > made.txt");
+    assert_eq!(lines[0]["is_error"], false);
+    assert!(
+        lines[0]["tool_result"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 0")
+    );
+
+    // hook_list shows each hook with its last outcomes.
+    let out = env.ctl(&["hook_list", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let listed: Value = serde_json::from_str(&out.stdout).unwrap();
+    let no_rm = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "no-rm")
+        .unwrap();
+    assert_eq!(no_rm["matcher"], "bash");
+    assert!(
+        no_rm["last"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["outcome"].as_str().unwrap().starts_with("blocked")),
+        "{no_rm}"
+    );
+}
+
+#[test]
+fn a_required_hook_that_fails_blocks_and_bad_entries_are_config_errors() {
+    let (fake, env, _daemon) = setup_with(
+        "[[hooks]]\nname = \"gate\"\nevent = \"pre_tool_use\"\ncommand = \"sleep 5\"\ntimeout = \"300ms\"\nrequired = true\n",
+        vec![
+            Reply::tool_call("c", "bash", json!({"command": "echo ran > ran.txt"})),
+            Reply::text("ok"),
+        ],
+    );
+    let dir = workdir(&env, "p");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "go");
+    assert!(
+        !dir.join("ran.txt").exists(),
+        "a call ran past a required hook that timed out"
+    );
+    let result = request_tool_result(&fake.requests()[1], "c");
+    assert!(
+        result.contains("required hook `gate` timed out"),
+        "{result}"
+    );
+
+    for (entry, says) in [
+        (
+            "event = \"on_boot\"\ncommand = \"true\"",
+            "event `on_boot` is not known",
+        ),
+        ("event = \"stop\"\ncommand = \" \"", "`command` is empty"),
+        (
+            "event = \"user_prompt\"\nmatcher = \"bash\"\ncommand = \"true\"",
+            "applies only to pre_tool_use and post_tool_use",
+        ),
+        (
+            "event = \"pre_tool_use\"\nmatcher = \"[\"\ncommand = \"true\"",
+            "not a tool name or glob",
+        ),
+    ] {
+        let bad = TestEnv::new(&format!("[[hooks]]\n{entry}\n"));
+        let out = bad
+            .command(&flyto_tests::bin("flytod"))
+            .arg("check-config")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{entry}: {stderr}");
+        assert!(stderr.contains(says), "{entry}: {stderr}");
+    }
+}
