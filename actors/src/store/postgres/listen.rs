@@ -156,9 +156,11 @@ impl Listener {
                     r.fetch_add(1, Ordering::SeqCst);
                 }
                 first = false;
+                // Counted before the wake-up: whoever it wakes sees the
+                // connection counted.
+                c.fetch_add(1, Ordering::SeqCst);
                 // Whatever was notified while away is lost: look now.
                 wake_all(&all, &keys);
-                c.fetch_add(1, Ordering::SeqCst);
                 loop {
                     tokio::select! {
                         got = rx.recv() => match got {
