@@ -207,3 +207,63 @@ fn a_required_hook_that_fails_blocks_and_bad_entries_are_config_errors() {
         assert!(stderr.contains(says), "{entry}: {stderr}");
     }
 }
+
+/// A hook for `event` that saves its input as `<event>.json` in the
+/// session's workdir.
+fn saving(event: &str) -> String {
+    format!("[[hooks]]\nevent = \"{event}\"\ncommand = \"cat > {event}.json\"\n")
+}
+
+#[test]
+fn background_hooks_hear_of_approvals_compactions_and_the_sessions_end() {
+    let (_fake, env, _daemon) = setup_with(
+        &format!(
+            "[permissions]\nask = [\"touch\"]\n[sessions]\napproval_timeout = \"1s\"\n{}{}{}",
+            saving("notification"),
+            saving("pre_compact"),
+            saving("session_end")
+        ),
+        vec![
+            Reply::tool_call("t", "bash", json!({"command": "touch asked.txt"})),
+            Reply::text("nobody answered"),
+            Reply::text("a summary"),
+        ],
+    );
+    let dir = workdir(&env, "w");
+    let id = new_session(&env, &dir);
+    // Someone who could answer is attached, but does not.
+    let _attached = {
+        let mut c = env.client();
+        c.set_read_timeout(Some(DEADLINE)).unwrap();
+        c.send(&flyto_tests::flyto_protocol::Request::SessionAttach {
+            id: id.clone(),
+            recent: Some(0),
+            can_approve: true,
+        })
+        .unwrap();
+        c.recv().unwrap();
+        c
+    };
+    send(&env, &id, "touch it");
+    let read = |event: &str| {
+        let path = dir.join(format!("{event}.json"));
+        wait_until(&format!("the {event} hook ran"), DEADLINE, || {
+            let text = std::fs::read_to_string(&path).ok()?;
+            serde_json::from_str::<Value>(&text).ok()
+        })
+    };
+    let asked = read("notification");
+    assert_eq!(asked["command"], "touch asked.txt");
+    assert_eq!(asked["session_id"], id.as_str());
+
+    let out = env.ctl(&["session_compact", &id]);
+    assert!(out.code == 0 || out.code == 1, "{}", out.stderr);
+    let compact = read("pre_compact");
+    assert_eq!(compact["event"], "pre_compact");
+    assert!(compact["tokens"].as_u64().is_some(), "{compact}");
+
+    let out = env.ctl(&["session_delete", &id]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let ended = read("session_end");
+    assert_eq!(ended["session_id"], id.as_str());
+}

@@ -37,6 +37,12 @@ const TEXT_MAX: usize = 4_000;
 pub enum HookEvent {
     /// A session's first run starts (background).
     SessionStart,
+    /// A session is deleted (background).
+    SessionEnd,
+    /// A compaction of the context starts (background).
+    PreCompact,
+    /// The run waits for a person (an approval) (background).
+    Notification,
     /// A run starts with the user's message: may block it or add context.
     UserPrompt,
     /// Before a tool call runs: may block it (the model is told why).
@@ -48,8 +54,11 @@ pub enum HookEvent {
 }
 
 impl HookEvent {
-    pub const ALL: [HookEvent; 5] = [
+    pub const ALL: [HookEvent; 8] = [
         HookEvent::SessionStart,
+        HookEvent::SessionEnd,
+        HookEvent::PreCompact,
+        HookEvent::Notification,
         HookEvent::UserPrompt,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
@@ -59,6 +68,9 @@ impl HookEvent {
     pub fn as_str(self) -> &'static str {
         match self {
             HookEvent::SessionStart => "session_start",
+            HookEvent::SessionEnd => "session_end",
+            HookEvent::PreCompact => "pre_compact",
+            HookEvent::Notification => "notification",
             HookEvent::UserPrompt => "user_prompt",
             HookEvent::PreToolUse => "pre_tool_use",
             HookEvent::PostToolUse => "post_tool_use",

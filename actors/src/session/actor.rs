@@ -281,6 +281,9 @@ impl Actor for SessionActor {
             }
             SessionMsg::Delete { reply } => match state.delete() {
                 Ok(()) => {
+                    if let Some(h) = super::run::SessionHooks::for_record(&state.deps, &state.rec) {
+                        h.background(crate::hooks::HookEvent::SessionEnd, serde_json::json!({}));
+                    }
                     state.deps.store.after_sync(Box::new(move |synced| {
                         let _ = reply.send(synced.map_err(|e| {
                             Reject::internal(format!("cannot delete the session: {e}"))

@@ -77,6 +77,8 @@ pub struct RunApprover {
     pub approvals: Arc<Approvals>,
     pub emit: Emitter,
     pub timeout: Duration,
+    /// `notification` hooks hear of each request.
+    pub hooks: Option<Arc<super::run::SessionHooks>>,
 }
 
 /// Withdraws a request whose waiting future was dropped (a cancelled run).
@@ -113,6 +115,16 @@ impl Approver for RunApprover {
                 rule: rule.to_string(),
                 timeout_ms: self.timeout.as_millis() as u64,
             });
+            if let Some(h) = &self.hooks {
+                h.background(
+                    crate::hooks::HookEvent::Notification,
+                    serde_json::json!({
+                        "message": format!("approval needed to run: {command}"),
+                        "command": command,
+                        "rule": rule,
+                    }),
+                );
+            }
             let answer = match tokio::time::timeout(self.timeout, rx).await {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) => Approval::NoOneAttached,
@@ -142,6 +154,7 @@ mod tests {
             approvals: approvals.clone(),
             emit: Emitter::new(),
             timeout,
+            hooks: None,
         }
     }
 

@@ -202,6 +202,8 @@ pub struct Check<'a> {
     pub fixed_tokens: u64,
     pub cancel: &'a CancellationToken,
     pub emit: &'a Emitter,
+    /// `pre_compact` hooks hear of each compaction.
+    pub hooks: Option<&'a super::run::SessionHooks>,
 }
 
 impl Check<'_> {
@@ -233,6 +235,12 @@ impl Check<'_> {
             tokens,
             compact_at: budget.compact_at,
         });
+        if let Some(h) = self.hooks {
+            h.background(
+                crate::hooks::HookEvent::PreCompact,
+                serde_json::json!({ "tokens": tokens, "compact_at": budget.compact_at }),
+            );
+        }
         let started = Instant::now();
         let (head, visible) = match load_parts(self.deps, rec) {
             Ok(p) => p,

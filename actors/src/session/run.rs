@@ -288,16 +288,64 @@ fn humantime_date(now_ms: u64) -> String {
         .to_string()
 }
 
-/// The hooks of one run: where they run, and how they are reported.
-struct SessionHooks {
+/// The hooks of one session: where they run, and how they are reported
+/// (in its event stream while a run or a listener has one).
+pub struct SessionHooks {
     hooks: Arc<Hooks>,
     env: HookEnv,
     session: String,
-    emit: Emitter,
+    emit: Option<Emitter>,
     clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl SessionHooks {
+    /// The hooks of `rec` outside a run (no plan socket, no stream);
+    /// `None` when no hook is configured.
+    pub(super) fn for_record(deps: &SessionDeps, rec: &SessionRecord) -> Option<SessionHooks> {
+        if deps.hooks.specs().is_empty() {
+            return None;
+        }
+        let workdir = std::fs::canonicalize(&rec.workdir)
+            .unwrap_or_else(|_| std::path::PathBuf::from(&rec.workdir));
+        let id = format_id(rec.id);
+        Some(SessionHooks {
+            hooks: deps.hooks.clone(),
+            env: HookEnv {
+                sandbox: sandbox_spec(&deps.config(), rec, &workdir),
+                env: child_env(
+                    std::env::vars(),
+                    &[("FLYTO_SESSION_ID".to_string(), id.clone())],
+                ),
+                workdir,
+                cancel: CancellationToken::new(),
+            },
+            session: id,
+            emit: None,
+            clock: deps.clock.clone(),
+        })
+    }
+
+    fn copy(&self) -> SessionHooks {
+        SessionHooks {
+            hooks: self.hooks.clone(),
+            env: self.env.clone(),
+            session: self.session.clone(),
+            emit: self.emit.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    /// Runs a non-blocking event's hooks without waiting for them.
+    pub(super) fn background(&self, event: HookEvent, input: serde_json::Value) {
+        if !self.hooks.any(event, None) {
+            return;
+        }
+        let me = self.copy();
+        tokio::spawn(async move {
+            me.run(event, None, input).await;
+        });
+    }
+
     async fn run(
         &self,
         event: HookEvent,
@@ -313,12 +361,14 @@ impl SessionHooks {
         }
         let emit = self.emit.clone();
         let report = Arc::new(move |r: crate::hooks::Ran| {
-            emit.emit(SessionEvent::Hook {
-                name: r.name,
-                event: r.event.as_str().into(),
-                outcome: r.outcome,
-                duration_ms: r.duration_ms,
-            })
+            if let Some(emit) = &emit {
+                emit.emit(SessionEvent::Hook {
+                    name: r.name,
+                    event: r.event.as_str().into(),
+                    outcome: r.outcome,
+                    duration_ms: r.duration_ms,
+                })
+            }
         });
         let clock = self.clock.clone();
         self.hooks
@@ -372,13 +422,7 @@ impl ToolHooks for SessionHooks {
             m.insert("tool_result".into(), output.content.clone().into());
             m.insert("is_error".into(), output.is_error.into());
         }
-        let me = SessionHooks {
-            hooks: self.hooks.clone(),
-            env: self.env.clone(),
-            session: self.session.clone(),
-            emit: self.emit.clone(),
-            clock: self.clock.clone(),
-        };
+        let me = self.copy();
         let tool = tool.to_string();
         tokio::spawn(async move {
             me.run(HookEvent::PostToolUse, Some(&tool), input).await;
@@ -446,6 +490,7 @@ async fn drive(
             approvals: ctl.approvals.clone(),
             emit: emit.clone(),
             timeout: config.approval_timeout,
+            hooks: None,
         })),
         sandbox,
         hooks: None,
@@ -460,12 +505,18 @@ async fn drive(
                 cancel: ctx.cancel.clone(),
             },
             session: id.clone(),
-            emit: emit.clone(),
+            emit: Some(emit.clone()),
             clock: deps.clock.clone(),
         })
     });
     if let Some(h) = &hooks {
         ctx.hooks = Some(h.clone());
+        ctx.approver = Some(Arc::new(RunApprover {
+            approvals: ctl.approvals.clone(),
+            emit: emit.clone(),
+            timeout: config.approval_timeout,
+            hooks: Some(h.clone()),
+        }));
     }
     if ctx.sandbox.is_some()
         && let Some(why) = crate::tools::sandbox::degraded()
@@ -484,6 +535,7 @@ async fn drive(
         fixed_tokens: crate::compaction::estimate::request_tokens(&system, &tools, &[]),
         cancel,
         emit,
+        hooks: hooks.as_deref(),
     };
     let mut told_shortened = false;
     // Chosen once per run: the run answers this message, and its own
