@@ -891,6 +891,15 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         };
         let retry_backoff = config.retry_backoff()?;
         let clock = clock.clone();
+        let job_hooks = {
+            let plan_config = plan_config.clone();
+            flyto_actors::plans::jobs_actor::JobHooks {
+                hooks: hooks.clone(),
+                env: Arc::new(move |spec: &flyto_protocol::PlanSpec| {
+                    job_hook_env(&plan_config, spec)
+                }),
+            }
+        };
         ChildSpec {
             name: "jobs".into(),
             start: Arc::new(move |sup| {
@@ -899,6 +908,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     reader: plan_lookup.clone(),
                     clock: clock.clone(),
                     retry_backoff: retry_backoff.clone(),
+                    hooks: Some(job_hooks.clone()),
                 };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(
@@ -1160,4 +1170,33 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where a `job_fired` hook runs: the workdir of the job's plan (its first
+/// step's, or the plans' default), the daemon's filtered environment, and
+/// the sandbox `[sandbox]` gives a plan's steps.
+fn job_hook_env(
+    plan_config: &RwLock<PlanConfig>,
+    spec: &flyto_protocol::PlanSpec,
+) -> flyto_actors::hooks::HookEnv {
+    let config = plan_config.read().map(|c| c.clone()).unwrap_or_default();
+    let workdir = spec
+        .steps
+        .first()
+        .and_then(|s| s.workdir.clone())
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(|| PathBuf::from(&config.default_workdir));
+    let sandbox = flyto_actors::tools::sandbox::SandboxSpec {
+        profile: config.sandbox,
+        write_roots: vec![workdir.clone()],
+        tmpdir: None,
+        network: config.sandbox_network,
+    };
+    flyto_actors::hooks::HookEnv {
+        env: flyto_actors::tools::env::child_env(std::env::vars(), &[]),
+        sandbox: (!sandbox.is_off()).then_some(sandbox),
+        workdir,
+        cancel: Default::default(),
+    }
 }

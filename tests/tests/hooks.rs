@@ -267,3 +267,43 @@ fn background_hooks_hear_of_approvals_compactions_and_the_sessions_end() {
     let ended = read("session_end");
     assert_eq!(ended["session_id"], id.as_str());
 }
+
+#[test]
+fn a_job_fired_hook_hears_of_each_fire_with_its_plan() {
+    let env = TestEnv::new(&saving("job_fired"));
+    let _daemon = env.start();
+    let plan = env.work.join("tick.toml");
+    // The hook runs where the job's plan runs.
+    std::fs::write(
+        &plan,
+        format!(
+            "[[steps]]\nid = \"s\"\nrun = \"true\"\nworkdir = \"{}\"\n",
+            env.work.display()
+        ),
+    )
+    .unwrap();
+    let out = env.ctl(&[
+        "job_create",
+        "--schedule",
+        "@daily",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--name",
+        "nightly",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let ran = env.ctl(&["job_run", "nightly", "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let plan_id = serde_json::from_str::<Value>(&ran.stdout).unwrap()["plan"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = env.work.join("job_fired.json");
+    let fired = wait_until("the job_fired hook ran", DEADLINE, || {
+        serde_json::from_str::<Value>(&std::fs::read_to_string(&path).ok()?).ok()
+    });
+    assert_eq!(fired["event"], "job_fired");
+    assert_eq!(fired["plan"], plan_id.as_str());
+    assert_eq!(fired["manual"], true);
+    assert!(fired["job"].as_str().unwrap().starts_with('j'), "{fired}");
+}

@@ -43,6 +43,8 @@ pub enum HookEvent {
     PreCompact,
     /// The run waits for a person (an approval) (background).
     Notification,
+    /// A job fired: its plan was submitted (background).
+    JobFired,
     /// A run starts with the user's message: may block it or add context.
     UserPrompt,
     /// Before a tool call runs: may block it (the model is told why).
@@ -54,11 +56,12 @@ pub enum HookEvent {
 }
 
 impl HookEvent {
-    pub const ALL: [HookEvent; 8] = [
+    pub const ALL: [HookEvent; 9] = [
         HookEvent::SessionStart,
         HookEvent::SessionEnd,
         HookEvent::PreCompact,
         HookEvent::Notification,
+        HookEvent::JobFired,
         HookEvent::UserPrompt,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
@@ -71,6 +74,7 @@ impl HookEvent {
             HookEvent::SessionEnd => "session_end",
             HookEvent::PreCompact => "pre_compact",
             HookEvent::Notification => "notification",
+            HookEvent::JobFired => "job_fired",
             HookEvent::UserPrompt => "user_prompt",
             HookEvent::PreToolUse => "pre_tool_use",
             HookEvent::PostToolUse => "post_tool_use",

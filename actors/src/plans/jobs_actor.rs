@@ -126,6 +126,47 @@ pub struct JobsArgs {
     pub clock: Arc<dyn Clock>,
     /// Waits before the retries of a run that failed transiently.
     pub retry_backoff: Vec<Duration>,
+    /// `job_fired` hooks, and where they run for a job's plan.
+    pub hooks: Option<JobHooks>,
+}
+
+/// The hooks a job's fire runs, and the place (workdir, environment,
+/// sandbox) they run in for the job's plan.
+#[derive(Clone)]
+pub struct JobHooks {
+    pub hooks: Arc<crate::hooks::Hooks>,
+    pub env: Arc<dyn Fn(&flyto_protocol::PlanSpec) -> crate::hooks::HookEnv + Send + Sync>,
+}
+
+impl JobHooks {
+    fn fired(&self, fire: &FireRecord, spec: &flyto_protocol::PlanSpec, plan: &str, now_ms: u64) {
+        use crate::hooks::HookEvent;
+        if !self.hooks.any(HookEvent::JobFired, None) {
+            return;
+        }
+        let input = serde_json::json!({
+            "job": format_id(fire.job),
+            "instant": utc(fire.instant_ms).to_rfc3339(),
+            "attempt": fire.attempt,
+            "manual": fire.manual,
+            "plan": plan,
+        });
+        let (hooks, env) = (self.hooks.clone(), (self.env)(spec));
+        tokio::spawn(async move {
+            hooks
+                .run(
+                    HookEvent::JobFired,
+                    None,
+                    input,
+                    &env,
+                    move || now_ms,
+                    Arc::new(|r: crate::hooks::Ran| {
+                        tracing::info!(hook = %r.name, outcome = %r.outcome, "job_fired hook ran")
+                    }),
+                )
+                .await;
+        });
+    }
 }
 
 /// 30 s, 1 min, 5 min.
@@ -165,6 +206,7 @@ pub struct JobsState {
     /// (when, job, instant): fires the store could not record, tried again.
     again: BTreeSet<(u64, u64, u64)>,
     retry_backoff: Vec<Duration>,
+    hooks: Option<JobHooks>,
     generation: u64,
     /// When the pending tick comes (monotonic).
     armed: Option<std::time::Instant>,
@@ -581,6 +623,9 @@ impl JobsState {
         };
         let key = super::jobs::attempt_key(&fire);
         let (instant, attempt) = (fire.instant_ms, fire.attempt);
+        let hooks = self.hooks.clone();
+        let spec = plan.clone();
+        let now_ms = self.now();
         tokio::spawn(async move {
             let result = async {
                 store.synced().await.map_err(|r| r.message)?;
@@ -607,6 +652,9 @@ impl JobsState {
                 }
             }
             .await;
+            if let (Some(h), Ok(plan)) = (&hooks, &result) {
+                h.fired(&fire, &spec, plan, now_ms);
+            }
             let mut fire = fire;
             fire.outcome = match &result {
                 Ok(plan) => FireOutcome::Submitted { plan: plan.clone() },
@@ -1138,6 +1186,7 @@ impl Actor for JobsActor {
             retries: BTreeSet::new(),
             again: BTreeSet::new(),
             retry_backoff: args.retry_backoff,
+            hooks: args.hooks,
             generation: 0,
             armed: None,
             unsettled: BTreeSet::new(),
@@ -1384,6 +1433,7 @@ mod tests {
             reader: Arc::new(PlanReader::new(plans, dir.join("logs"))),
             clock: Arc::new(clock.clone()),
             retry_backoff: default_retry_backoff(),
+            hooks: None,
         };
         (
             Actor::spawn(None, JobsActor, args).await.unwrap().0,
