@@ -273,3 +273,37 @@ fn a_paused_holder_loses_the_binding_and_answers_nothing_when_it_resumes() {
     assert_eq!(c.llm.request_count(), 3, "a message got two turns");
     assert_eq!(texts(&c.tg, ANN).len(), 3, "a reply was sent twice");
 }
+
+#[test]
+fn with_the_database_away_channel_and_memory_requests_answer_unavailable_and_resume() {
+    let pg = TestPostgres::start();
+    pg.create_database(DB);
+    let llm = FakeLlm::start(vec![]);
+    let env = node(&pg, &llm);
+    let _d = env.start();
+    let inbox = env.work.join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    ok(
+        &env,
+        &["channel_bind", "inbox", "--dir", inbox.to_str().unwrap()],
+    );
+    pg.stop();
+    for args in [
+        vec!["channel_list"],
+        vec!["memory_list", "--project", env.work.to_str().unwrap()],
+    ] {
+        let out = env.ctl(&args);
+        assert_eq!(out.code, 6, "{args:?}: {} {}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("Unavailable") && out.stderr.contains("shared store"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    pg.start_again();
+    let listed = wait_until("channel_list works again", DEADLINE, || {
+        let out = env.ctl(&["channel_list"]);
+        (out.code == 0).then_some(out.stdout)
+    });
+    assert!(listed.contains("inbox"), "{listed}");
+}

@@ -167,6 +167,19 @@ fn bad(m: impl Into<String>) -> Reject {
     Reject::new(ErrorCode::BadRequest, m)
 }
 
+/// A store error as a request's answer: the shared store being away is
+/// `Unavailable` (try again), not a fault of the daemon.
+fn stored(e: crate::store::StoreError) -> Reject {
+    match e {
+        crate::store::StoreError::Database(why) => Reject::new(
+            ErrorCode::Unavailable,
+            format!("the shared store cannot be reached ({why}): try again once it is back"),
+        ),
+        crate::store::StoreError::Conflict(why) => Reject::new(ErrorCode::Conflict, why),
+        other => Reject::internal(other),
+    }
+}
+
 fn not_found(name: &str) -> Reject {
     Reject::new(
         ErrorCode::NotFound,
@@ -435,11 +448,7 @@ impl ChannelsState {
         let elsewhere = match &self.cluster {
             Some(c) => {
                 c.others.contains_key(&rec.name)
-                    || self
-                        .store
-                        .binding(&rec.name)
-                        .map_err(Reject::internal)?
-                        .is_some()
+                    || self.store.binding(&rec.name).map_err(stored)?.is_some()
             }
             None => false,
         };
@@ -457,7 +466,7 @@ impl ChannelsState {
         (self.factory)(&rec).map_err(bad)?;
         let mut w = Write::default();
         w.binding(&rec);
-        self.store.apply(&w).map_err(Reject::internal)?;
+        self.store.apply(&w).map_err(stored)?;
         if self.cluster.is_some() {
             // Whichever node's keeper takes the lease first runs it.
             let other = Other {
@@ -491,7 +500,7 @@ impl ChannelsState {
             }
         };
         self.stop_binding(name);
-        self.store.remove_binding(name).map_err(Reject::internal)?;
+        self.store.remove_binding(name).map_err(stored)?;
         if let Some(c) = &self.cluster {
             if let Ok(mut h) = c.held.lock() {
                 h.remove(name);
@@ -568,7 +577,7 @@ impl ChannelsState {
 
     async fn pair(&mut self, code: &str) -> Result<String, Reject> {
         let code = code.trim().to_uppercase();
-        let p = self.store.pairing(&code).map_err(Reject::internal)?.ok_or_else(|| {
+        let p = self.store.pairing(&code).map_err(stored)?.ok_or_else(|| {
             Reject::new(
                 ErrorCode::NotFound,
                 format!("no pairing request with code {code}: `flytoctl channel_list` shows the pending ones"),
@@ -576,7 +585,7 @@ impl ChannelsState {
         })?;
         let mut w = Write::default();
         w.unpair(&p).allow(&p.binding, &p.user);
-        self.store.apply(&w).map_err(Reject::internal)?;
+        self.store.apply(&w).map_err(stored)?;
         let msg = format!(
             "admitted {} ({}) on {}: their next message reaches the agent",
             p.user_name, p.user, p.binding
@@ -618,11 +627,7 @@ impl ChannelsState {
             }
         };
         let first = format!("{key}/0");
-        if self
-            .store
-            .has_out(binding, &first)
-            .map_err(Reject::internal)?
-        {
+        if self.store.has_out(binding, &first).map_err(stored)? {
             return Ok(false);
         }
         let chunks = platform.chunk(text);
@@ -632,10 +637,7 @@ impl ChannelsState {
         // Serialised with the binding's other writers of the outbox.
         let mut seq = out_seq.lock().await;
         for (i, t) in chunks.into_iter().enumerate() {
-            let seq = self
-                .store
-                .next_out_seq(&mut seq)
-                .map_err(Reject::internal)?;
+            let seq = self.store.next_out_seq(&mut seq).map_err(stored)?;
             w.out(&OutRecord {
                 binding: binding.to_string(),
                 seq,
@@ -650,7 +652,7 @@ impl ChannelsState {
                 state: OutState::Pending,
             });
         }
-        self.store.apply(&w).map_err(Reject::internal)?;
+        self.store.apply(&w).map_err(stored)?;
         drop(seq);
         match flush {
             Some(flush) => {
@@ -695,7 +697,7 @@ impl ChannelsState {
             _ => self
                 .store
                 .chats(&binding)
-                .map_err(Reject::internal)?
+                .map_err(stored)?
                 .into_iter()
                 .filter(|(_, c)| !c.closed && c.session.is_some())
                 .map(|(id, _)| id)
@@ -903,7 +905,7 @@ impl Actor for ChannelManager {
                     views.extend(c.others.values().map(|o| s.view_other(o)));
                     views.sort_by(|a, b| a.name.cmp(&b.name));
                 }
-                let pairings = s.store.pairings().map_err(Reject::internal).map(|ps| {
+                let pairings = s.store.pairings().map_err(stored).map(|ps| {
                     ps.into_iter()
                         .map(|p| PairingView {
                             code: p.code,
