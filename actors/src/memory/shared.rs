@@ -19,6 +19,7 @@
 //! bookkeeping, which names this node's version folders) stays local.
 
 use super::MemoryError;
+use super::store::io_err;
 use crate::store::postgres::{PgError, Shared};
 use std::collections::BTreeMap;
 use std::fs;
@@ -203,10 +204,6 @@ pub struct ScopeSync {
     pub scope: String,
     generation: Option<i64>,
     synced: Files,
-}
-
-fn io_err(what: &str, path: &Path, e: io::Error) -> MemoryError {
-    MemoryError::Io(format!("cannot {what} {}: {e}", path.display()))
 }
 
 /// Every shared file under `dir`, by path relative to it.

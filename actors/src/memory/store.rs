@@ -61,7 +61,7 @@ pub struct ScopeDir {
     pub clock: Arc<dyn Clock>,
 }
 
-fn io_err(what: &str, path: &Path, e: io::Error) -> MemoryError {
+pub(super) fn io_err(what: &str, path: &Path, e: io::Error) -> MemoryError {
     MemoryError::Io(format!("cannot {what} {}: {e}", path.display()))
 }
 

@@ -290,6 +290,7 @@ fn humantime_date(now_ms: u64) -> String {
 
 /// The hooks of one session: where they run, and how they are reported
 /// (in its event stream while a run or a listener has one).
+#[derive(Clone)]
 pub struct SessionHooks {
     hooks: Arc<Hooks>,
     env: HookEnv,
@@ -325,22 +326,12 @@ impl SessionHooks {
         })
     }
 
-    fn copy(&self) -> SessionHooks {
-        SessionHooks {
-            hooks: self.hooks.clone(),
-            env: self.env.clone(),
-            session: self.session.clone(),
-            emit: self.emit.clone(),
-            clock: self.clock.clone(),
-        }
-    }
-
     /// Runs a non-blocking event's hooks without waiting for them.
     pub(super) fn background(&self, event: HookEvent, input: serde_json::Value) {
         if !self.hooks.any(event, None) {
             return;
         }
-        let me = self.copy();
+        let me = self.clone();
         tokio::spawn(async move {
             me.run(event, None, input).await;
         });
@@ -422,7 +413,7 @@ impl ToolHooks for SessionHooks {
             m.insert("tool_result".into(), output.content.clone().into());
             m.insert("is_error".into(), output.is_error.into());
         }
-        let me = self.copy();
+        let me = self.clone();
         let tool = tool.to_string();
         tokio::spawn(async move {
             me.run(HookEvent::PostToolUse, Some(&tool), input).await;
