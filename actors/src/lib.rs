@@ -13,6 +13,7 @@ pub mod dream;
 pub mod failpoint;
 pub mod hooks;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod plans;
 pub mod session;

@@ -16,6 +16,7 @@ mod cmd_daemon;
 mod cmd_dream;
 mod cmd_hooks;
 mod cmd_jobs;
+mod cmd_mcp;
 mod cmd_memory;
 mod cmd_plans;
 mod cmd_policy;
@@ -209,6 +210,18 @@ enum Command {
     /// The hooks ([[hooks]] in the config) with their last outcomes
     #[command(name = "hook_list")]
     HookList(cmd_hooks::ListArgs),
+
+    /// The MCP servers ([mcp.servers.NAME] in the config): state, tools, last error
+    #[command(name = "mcp_list")]
+    McpList(cmd_mcp::ListArgs),
+
+    /// One MCP server's tools, as sessions get them (mcp__SERVER__TOOL)
+    #[command(name = "mcp_tools")]
+    McpTools(cmd_mcp::ToolsArgs),
+
+    /// Stop one MCP server and start it again
+    #[command(name = "mcp_restart")]
+    McpRestart(cmd_mcp::RestartArgs),
 
     /// Show one skill: where it comes from, what it shadows, its files and body
     #[command(name = "skill_show")]
@@ -429,6 +442,9 @@ fn run(cli: Cli) -> Result<u8> {
         Command::PolicyCheck(args) => cmd_policy::run(&ctx, args),
         Command::SkillList(args) => cmd_skills::list(&ctx, args),
         Command::HookList(args) => cmd_hooks::list(&ctx, args),
+        Command::McpList(args) => cmd_mcp::list(&ctx, args),
+        Command::McpTools(args) => cmd_mcp::tools(&ctx, args),
+        Command::McpRestart(args) => cmd_mcp::restart(&ctx, args),
         Command::SkillShow(args) => cmd_skills::show(&ctx, args),
         Command::SkillReload(args) => cmd_skills::reload(&ctx, args),
         Command::MemoryList(args) => cmd_memory::list(&ctx, args),

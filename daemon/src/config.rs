@@ -34,6 +34,8 @@ pub struct Config {
     pub store: StoreSection,
     /// `[[hooks]]`: people's commands around runs and tool calls.
     pub hooks: Vec<HookEntry>,
+    /// `[mcp]`: MCP servers whose tools sessions get.
+    pub mcp: flyto_actors::mcp::McpSection,
 }
 
 /// One `[[hooks]]` entry.
@@ -522,6 +524,8 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
     config
         .hooks()
         .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    flyto_actors::mcp::check(&config.mcp)
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
     if config.store.backend == Backend::Sled && config.store.url.is_some() {
         bail!(
             "invalid config file {}: [store] url is set but backend is sled (the default): set backend = \"postgres\" to use the shared store, or remove url",
@@ -666,6 +670,20 @@ impl Config {
             out.default_workdir = dir.display().to_string();
         }
         out
+    }
+
+    /// The MCP servers (parse() checked them) and where they run.
+    pub fn mcp(
+        &self,
+        socket: &Path,
+    ) -> anyhow::Result<(Vec<flyto_actors::mcp::ServerSpec>, flyto_actors::mcp::Host)> {
+        let specs = flyto_actors::mcp::check(&self.mcp).map_err(|e| anyhow::anyhow!(e))?;
+        let host = flyto_actors::mcp::Host {
+            default_cwd: PathBuf::from(self.plan_config(socket).default_workdir),
+            sandbox_profile: self.sandbox.profile,
+            sandbox_network: self.sandbox.network,
+        };
+        Ok((specs, host))
     }
 
     /// The declared memory types as the memory room takes them.

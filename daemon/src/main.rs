@@ -566,6 +566,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         ),
     };
     let hooks = Arc::new(flyto_actors::hooks::Hooks::new(config.hooks()?));
+    let mcp = {
+        let (specs, host) = config.mcp(&socket_path)?;
+        flyto_actors::mcp::McpHandle::new(specs, config.mcp.idle_timeout, host)
+    };
     let ctx = Arc::new(server::Ctx {
         plans: RwLock::new(Arc::new(plans)),
         store: RwLock::new(Arc::new(store_info)),
@@ -582,6 +586,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         clock: clock.clone(),
         run_streams: Arc::default(),
         hooks: hooks.clone(),
+        mcp: mcp.clone(),
     });
     let socket_dir = bound
         .path
@@ -766,7 +771,29 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         memory: memory.clone(),
         extractions: Default::default(),
         hooks: hooks.clone(),
+        mcp: Some(mcp.clone()),
     });
+    let mcp_spec = {
+        let mcp = mcp.clone();
+        ChildSpec {
+            name: "mcp".into(),
+            start: Arc::new(move |sup| {
+                let args = flyto_actors::mcp::McpArgs {
+                    handle: mcp.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(
+                        Some(flyto_actors::mcp::MCP_NAME.into()),
+                        flyto_actors::mcp::McpManager,
+                        args,
+                        sup,
+                    )
+                    .await?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    };
     let breaker_spec = {
         let store = store.clone();
         let clock = clock.clone();
@@ -1002,6 +1029,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         SupervisorArgs {
             children: vec![
                 breaker_spec,
+                mcp_spec,
                 memory_spec,
                 sessions_spec,
                 dream_spec,
@@ -1072,6 +1100,12 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         }
                         if let Ok(h) = new.config.hooks() {
                             session_deps.hooks.replace(h);
+                        }
+                        match new.config.mcp(&socket_path) {
+                            Ok((specs, host)) => {
+                                mcp.configure(specs, new.config.mcp.idle_timeout, host)
+                            }
+                            Err(e) => tracing::error!("keeping the old [mcp]: {e:#}"),
                         }
                         flyto_actors::memory::entry::declare_types(&new.config.memory_types());
                         // SIGHUP also rescans the skills.

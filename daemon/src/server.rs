@@ -51,6 +51,8 @@ pub struct Ctx {
     pub run_streams: Arc<RunStreams>,
     /// The hooks sessions run, for `hook_list`.
     pub hooks: Arc<flyto_actors::hooks::Hooks>,
+    /// The MCP room's way in, for the `mcp_*` requests.
+    pub mcp: flyto_actors::mcp::McpHandle,
 }
 
 impl Ctx {
@@ -895,6 +897,29 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
         },
         Request::PolicyCheck { command, workdir } => policy_check(ctx, &command, &workdir),
         Request::HookList {} => Ok(hook_list(&ctx.hooks)),
+        Request::McpList {} => ctx
+            .mcp
+            .list()
+            .await
+            .map(|servers| Response::McpServers { servers })
+            .map_err(|e| Reject::new(ErrorCode::Unavailable, e)),
+        Request::McpTools { server } => ctx
+            .mcp
+            .tools_of(&server)
+            .await
+            .map(|tools| Response::McpTools { tools })
+            .map_err(|e| Reject::new(mcp_code(&e), e)),
+        Request::McpRestart { server } => match ctx.mcp.restart(&server).await {
+            Ok(()) => ctx
+                .mcp
+                .list()
+                .await
+                .map(|all| Response::McpServers {
+                    servers: all.into_iter().filter(|s| s.name == server).collect(),
+                })
+                .map_err(|e| Reject::new(ErrorCode::Unavailable, e)),
+            Err(e) => Err(Reject::new(mcp_code(&e), e)),
+        },
         Request::SkillList { workdir } => skill_set(ctx, "skill_list", &workdir).map(|set| {
             Response::Skills {
                 skills: set.skills.values().map(|s| skill_view(&set, s)).collect(),
@@ -1350,6 +1375,17 @@ async fn jobs_request(req: Request) -> Result<Response, Reject> {
             ErrorCode::BadRequest,
             format!("`{}` is not a job request", other.op()),
         )),
+    }
+}
+
+/// The error code of an MCP room answer (its messages say which).
+fn mcp_code(message: &str) -> ErrorCode {
+    if message.starts_with("no MCP server named") {
+        ErrorCode::NotFound
+    } else if message.contains("is disabled") {
+        ErrorCode::Conflict
+    } else {
+        ErrorCode::Unavailable
     }
 }
 

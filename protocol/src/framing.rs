@@ -415,6 +415,13 @@ mod tests {
                 base_url: None,
                 name: Some("wechat".into()),
             },
+            Request::McpList {},
+            Request::McpTools {
+                server: "gh".into(),
+            },
+            Request::McpRestart {
+                server: "gh".into(),
+            },
         ];
         let memory_entry = MemoryEntryView {
             name: "test-command".into(),
@@ -720,6 +727,28 @@ mod tests {
                 user: "/u".into(),
             },
             Response::MemoryFolders { folders: vec![] },
+            Response::McpServers {
+                servers: vec![McpServerView {
+                    name: "gh".into(),
+                    transport: "stdio: gh-mcp".into(),
+                    enabled: true,
+                    state: "running".into(),
+                    tools: 3,
+                    last_error: None,
+                    problems: vec![],
+                    restarts: 0,
+                    protocol: Some("2025-06-18".into()),
+                }],
+            },
+            Response::McpTools {
+                tools: vec![McpToolView {
+                    name: "mcp__gh__x".into(),
+                    remote: "x".into(),
+                    description: "d".into(),
+                    read_only: true,
+                    input_schema: "{}".into(),
+                }],
+            },
             Response::Hooks { hooks: vec![] },
             Response::MemoryImported {
                 written: 1,

@@ -264,6 +264,16 @@ pub enum Request {
         base_url: Option<String>,
         name: Option<String>,
     },
+    /// The configured MCP servers: state, tools, last error.
+    McpList {},
+    /// One MCP server's tools, with their schemas.
+    McpTools {
+        server: String,
+    },
+    /// Stops one MCP server and starts it again.
+    McpRestart {
+        server: String,
+    },
 }
 
 /// What `channel_bind` creates. Secrets travel only from the local
@@ -445,6 +455,9 @@ impl Request {
             Request::ChannelTest { .. } => "channel_test",
             Request::ChannelQr { .. } => "channel_qr",
             Request::ChannelQrWait { .. } => "channel_qr_wait",
+            Request::McpList {} => "mcp_list",
+            Request::McpTools { .. } => "mcp_tools",
+            Request::McpRestart { .. } => "mcp_restart",
         }
     }
 }
@@ -637,6 +650,14 @@ pub enum Response {
     ChannelQrStatus {
         status: String,
         channel: Option<ChannelView>,
+    },
+    /// `mcp_list`, by name.
+    McpServers {
+        servers: Vec<McpServerView>,
+    },
+    /// `mcp_tools`: as the model sees them.
+    McpTools {
+        tools: Vec<McpToolView>,
     },
 }
 
@@ -935,6 +956,38 @@ pub struct MemoryEntryView {
     pub version: u32,
     /// The session an extracted entry was learned from; empty otherwise.
     pub session: String,
+}
+
+/// A configured MCP server and how it is doing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpServerView {
+    pub name: String,
+    /// `stdio: COMMAND ARGS` or `http: URL` (no query, no secrets).
+    pub transport: String,
+    pub enabled: bool,
+    /// `idle`, `starting`, `running`, `restarting`, `failed` or `disabled`.
+    pub state: String,
+    /// Tools offered to sessions (after the allow and deny lists).
+    pub tools: u32,
+    /// Why it last failed or stopped, and tools it left out.
+    pub last_error: Option<String>,
+    pub problems: Vec<String>,
+    pub restarts: u32,
+    /// The MCP revision it speaks, once connected.
+    pub protocol: Option<String>,
+}
+
+/// One MCP tool as sessions get it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpToolView {
+    /// The model's name: `mcp__<server>__<tool>`.
+    pub name: String,
+    /// The server's own name for it.
+    pub remote: String,
+    pub description: String,
+    pub read_only: bool,
+    /// JSON Schema of its arguments, as JSON text.
+    pub input_schema: String,
 }
 
 /// A configured hook and how its last runs ended (oldest first).

@@ -259,6 +259,22 @@ pub fn text_of(events: &[SessionEvent]) -> String {
         .collect()
 }
 
+/// The stored result of tool call `call`: its content, and whether it is
+/// an error.
+pub fn stored_result(messages: &[MessageView], call: &str) -> Option<(String, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.blocks)
+        .find_map(|b| match b {
+            BlockView::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } if call_id == call => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+}
+
 /// The Notice messages of a run.
 pub fn notices(events: &[SessionEvent]) -> Vec<String> {
     events

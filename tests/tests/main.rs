@@ -34,6 +34,7 @@ mod guards;
 mod hooks;
 mod jobs;
 mod lifecycle;
+mod mcp;
 mod memory;
 mod pg_channels;
 mod pg_chaos;

@@ -11,13 +11,13 @@
 
 use flyto_tests::fake_llm::{FakeLlm, Reply};
 use flyto_tests::flyto_protocol::{
-    BlockView, ClientError, ErrorCode, Event, MessageView, PlanSpec, PlanState, Request, Response,
-    SessionEvent, StepSpec, StepState,
+    ClientError, ErrorCode, Event, PlanSpec, PlanState, Request, Response, SessionEvent, StepSpec,
+    StepState,
 };
 use flyto_tests::sessions_support::{
     BASE, assert_every_call_answered, assert_run_shape, cancel, done, drain, history, message_text,
     new_session, next_event, request_tool_result, send, send_refused, setup, setup_on, start,
-    start_send, text_of, try_new_session, wait_for_text, workdir,
+    start_send, stored_result, text_of, try_new_session, wait_for_text, workdir,
 };
 use flyto_tests::{Backend, DEADLINE, TestEnv, bin, wait_until};
 use serde_json::json;
@@ -65,21 +65,6 @@ fn tool_result<'a>(events: &'a [SessionEvent], call: &str) -> (&'a str, bool) {
             _ => None,
         })
         .unwrap_or_else(|| panic!("no ToolResult for {call}: {events:#?}"))
-}
-
-/// The stored result of tool call `call`.
-fn stored_result(messages: &[MessageView], call: &str) -> Option<(String, bool)> {
-    messages
-        .iter()
-        .flat_map(|m| &m.blocks)
-        .find_map(|b| match b {
-            BlockView::ToolResult {
-                call_id,
-                content,
-                is_error,
-            } if call_id == call => Some((content.clone(), *is_error)),
-            _ => None,
-        })
 }
 
 /// Pids of live processes started for session `session` of this env: their

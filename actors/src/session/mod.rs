@@ -108,6 +108,8 @@ pub struct SessionDeps {
     pub extractions: crate::memory::extract::Flights,
     /// People's hooks around runs and tool calls.
     pub hooks: Arc<crate::hooks::Hooks>,
+    /// MCP servers' tools; `None`: no MCP room.
+    pub mcp: Option<crate::mcp::McpHandle>,
 }
 
 impl SessionDeps {

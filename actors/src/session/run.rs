@@ -14,7 +14,7 @@ use crate::llm::{
     Assembled, Block, ChatRequest, LlmError, Message, Role, StopReason, StreamEvent, ToolSpec,
 };
 use crate::tools::env::child_env;
-use crate::tools::{ToolContext, ToolHooks, ToolOutput};
+use crate::tools::{Registry, ToolContext, ToolHooks, ToolOutput};
 use flyto_protocol::SessionEvent;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -190,11 +190,11 @@ pub async fn run(
 
 /// The tools offered to a session in `workdir` whose tools get `env`.
 fn tool_specs(
-    deps: &SessionDeps,
+    tools: &Registry,
     workdir: &std::path::Path,
     env: &[(String, String)],
 ) -> Vec<ToolSpec> {
-    deps.tools
+    tools
         .iter()
         .filter(|t| t.offered(env))
         .map(|t| ToolSpec {
@@ -211,6 +211,7 @@ fn tool_specs(
 /// skills catalogue as the registry has it now) and the tool specs.
 fn prompt_and_tools(
     deps: &SessionDeps,
+    tools: &Registry,
     static_part: &str,
     workdir: &std::path::Path,
     env: &[(String, String)],
@@ -223,7 +224,7 @@ fn prompt_and_tools(
     } else {
         format!("{static_part}\n\n{}", catalogue.text)
     };
-    (system, tool_specs(deps, workdir, env), catalogue)
+    (system, tool_specs(tools, workdir, env), catalogue)
 }
 
 /// The memory part of the next model call's system prompt, for `query`.
@@ -268,7 +269,14 @@ fn latest_user_text(window: &[Message]) -> String {
 /// errs high).
 pub fn fixed_tokens(deps: &SessionDeps, workdir: &str, now_ms: u64) -> u64 {
     let dir = std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.into());
-    let (system, tools, _) = prompt_and_tools(deps, &system_prompt(workdir, now_ms), &dir, &[], 0);
+    let (system, tools, _) = prompt_and_tools(
+        deps,
+        &deps.tools,
+        &system_prompt(workdir, now_ms),
+        &dir,
+        &[],
+        0,
+    );
     crate::compaction::estimate::request_tokens(&system, &tools, &[])
 }
 
@@ -514,10 +522,37 @@ async fn drive(
     {
         emit.emit(SessionEvent::Notice { message: why });
     }
+    // MCP servers this run may use: started if they are not, and waited
+    // for (up to their startup timeout) so the first call has their tools.
+    let mcp = match &deps.mcp {
+        Some(m) if m.enabled() => {
+            let snapshot = m.ready(cancel).await;
+            for (name, why) in &snapshot.failed {
+                emit.emit(SessionEvent::Notice {
+                    message: format!(
+                        "MCP server `{name}` is not available ({why}); this run goes on without its tools (`flytoctl mcp_list` shows it)"
+                    ),
+                });
+            }
+            Some(m)
+        }
+        _ => None,
+    };
+    let registry_now = || match mcp {
+        Some(m) => deps.tools.with(&m.snapshot().tools),
+        None => deps.tools.clone(),
+    };
+    let mut registry = registry_now();
     let static_system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
     let context_window = u64::from(route.primary.profile.context_window);
-    let (mut system, mut tools, _) =
-        prompt_and_tools(deps, &static_system, &workdir, &ctx.env, context_window);
+    let (mut system, mut tools, _) = prompt_and_tools(
+        deps,
+        &registry,
+        &static_system,
+        &workdir,
+        &ctx.env,
+        context_window,
+    );
     let workdir_text = workdir.display().to_string();
     let mut check = Check {
         deps,
@@ -607,9 +642,17 @@ async fn drive(
     // The config refuses 0, so every run may call the model at least once.
     for _ in 0..config.max_iterations {
         // Skills reload while a run goes on: each call sees the set as it is now.
+        // MCP servers' tools come and go (restarts, list changes).
+        registry = registry_now();
         let catalogue;
-        (system, tools, catalogue) =
-            prompt_and_tools(deps, &static_system, &workdir, &ctx.env, context_window);
+        (system, tools, catalogue) = prompt_and_tools(
+            deps,
+            &registry,
+            &static_system,
+            &workdir,
+            &ctx.env,
+            context_window,
+        );
         // After the static part and the catalogue, so the prompt's prefix
         // stays the same from call to call; memory can change in a run.
         match memory_prompt(deps, &workdir, &memory_query, &config.memory).await {
@@ -782,7 +825,7 @@ async fn drive(
                 arguments: call.arguments_json.clone(),
             });
         }
-        let results = run_calls(&deps.tools, &ctx, &response.tool_calls, |ev| {
+        let results = run_calls(&registry, &ctx, &response.tool_calls, |ev| {
             if let OrchestratorEvent::Finished {
                 call_id,
                 name,

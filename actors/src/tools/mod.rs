@@ -112,11 +112,11 @@ impl ToolOutput {
 pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
 
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// One paragraph for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON Schema of the arguments object, as JSON text.
-    fn input_schema(&self) -> &'static str;
+    fn input_schema(&self) -> &str;
     /// The schema for a session in `workdir`, when it depends on it (e.g.
     /// `load_skill`'s enum of skills); `None`: the static one.
     fn input_schema_for(&self, _workdir: &std::path::Path) -> Option<String> {
@@ -150,5 +150,11 @@ impl Registry {
     }
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.iter()
+    }
+    /// These tools and `more` (MCP servers' tools, say).
+    pub fn with(&self, more: &[Arc<dyn Tool>]) -> Registry {
+        let mut tools = self.tools.clone();
+        tools.extend(more.iter().cloned());
+        Registry { tools }
     }
 }

@@ -288,72 +288,19 @@ pub async fn run(
     if let Some(tmp) = &tmpdir {
         cmd.env("TMPDIR", tmp);
     }
-    // SAFETY: setsid, prctl, getppid, setrlimit and umask are
-    // async-signal-safe; the closure only calls them, and the sandbox's
-    // raw syscalls on what was built before the fork.
-    unsafe {
-        let nofile = CHILD_NOFILE.get().copied();
-        let umask = CHILD_UMASK.get().copied();
-        let parent = std::process::id() as libc::pid_t;
-        cmd.pre_exec(move || {
-            // Its own session (and so process group): the group is what
-            // gets killed, and the session id stays with descendants that
-            // leave the group, so flytod can still tell whose they are.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // If flytod dies without cleaning up, its children die too.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // flytod may have died between fork and prctl; then nobody
-            // would ever kill this child.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "flytod exited while starting the command",
-                ));
-            }
-            if let Some(lim) = nofile {
-                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            }
-            if let Some(mask) = umask {
-                libc::umask(mask);
-            }
-            // Last: Landlock forbids the mounts it needs before it.
-            if let Some(sandbox) = &prepared {
-                sandbox.apply()?;
-            }
-            Ok(())
-        });
-    }
-    // Spawned and recorded under the table's lock, so neither the peer
-    // check nor the orphan reaper sees the child before its entry.
-    let (spawned_child, entry) = {
-        let mut table = spawns();
-        let spawned_child = cmd.spawn();
-        let entry = spawned_child
-            .as_ref()
-            .ok()
-            .and_then(|c| c.id())
-            .and_then(|pid| {
-                let pid = pid as i32;
-                let start_time = proc_stat(pid)?.start_time;
-                table.insert(
-                    pid,
-                    Spawn {
-                        start_time,
-                        confined: spec.confined,
-                        plan_sock: spec
-                            .env
-                            .iter()
-                            .find(|(k, _)| k == "FLYTO_PLAN_SOCK")
-                            .map(|(_, v)| v.as_str().into()),
-                    },
-                );
-                Some(SpawnEntry { pid, start_time })
-            });
-        (spawned_child, entry)
-    };
+    confine_child(&mut cmd, prepared);
+    let (spawned_child, entry) = spawn_recorded(
+        &mut cmd,
+        Spawn {
+            start_time: 0,
+            confined: spec.confined,
+            plan_sock: spec
+                .env
+                .iter()
+                .find(|(k, _)| k == "FLYTO_PLAN_SOCK")
+                .map(|(_, v)| v.as_str().into()),
+        },
+    );
     let mut child = match spawned_child {
         Ok(c) => c,
         Err(e) => {
@@ -401,6 +348,88 @@ pub async fn run(
         stderr_tail: lossy(&captured.err_tail),
         log_truncated: captured.log_truncated,
     }
+}
+
+/// Makes `cmd`'s child the leader of its own session (its group is what
+/// gets killed), dead with flytod, with the children's file limit and
+/// umask, and confined by `prepared` (the sandbox) when given.
+pub fn confine_child(
+    cmd: &mut tokio::process::Command,
+    prepared: Option<std::sync::Arc<super::sandbox::Prepared>>,
+) {
+    // SAFETY: setsid, prctl, getppid, setrlimit and umask are
+    // async-signal-safe; the closure only calls them, and the sandbox's
+    // raw syscalls on what was built before the fork.
+    unsafe {
+        let nofile = CHILD_NOFILE.get().copied();
+        let umask = CHILD_UMASK.get().copied();
+        let parent = std::process::id() as libc::pid_t;
+        cmd.pre_exec(move || {
+            // Its own session (and so process group): the group is what
+            // gets killed, and the session id stays with descendants that
+            // leave the group, so flytod can still tell whose they are.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // If flytod dies without cleaning up, its children die too.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // flytod may have died between fork and prctl; then nobody
+            // would ever kill this child.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "flytod exited while starting the command",
+                ));
+            }
+            if let Some(lim) = nofile {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+            if let Some(mask) = umask {
+                libc::umask(mask);
+            }
+            // Last: Landlock forbids the mounts it needs before it.
+            if let Some(sandbox) = &prepared {
+                sandbox.apply()?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A spawn-table entry, dropped once the leader is reaped.
+pub struct SpawnGuard {
+    _entry: SpawnEntry,
+}
+
+/// Spawns `cmd` and records it in the spawn table under the table's lock,
+/// so neither the peer check nor the orphan reaper sees the child before
+/// its entry. `spawn.start_time` is filled in here.
+pub fn spawn_recorded(
+    cmd: &mut tokio::process::Command,
+    spawn: Spawn,
+) -> (std::io::Result<tokio::process::Child>, Option<SpawnGuard>) {
+    let mut table = spawns();
+    let spawned_child = cmd.spawn();
+    let entry = spawned_child
+        .as_ref()
+        .ok()
+        .and_then(|c| c.id())
+        .and_then(|pid| {
+            let pid = pid as i32;
+            let start_time = proc_stat(pid)?.start_time;
+            table.insert(
+                pid,
+                Spawn {
+                    start_time,
+                    ..spawn
+                },
+            );
+            Some(SpawnGuard {
+                _entry: SpawnEntry { pid, start_time },
+            })
+        });
+    (spawned_child, entry)
 }
 
 async fn wait(

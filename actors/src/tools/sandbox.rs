@@ -494,6 +494,7 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
         })
         .filter(|h| h.symlink_metadata().is_ok())
         .collect();
+    let hidden = outermost(hidden);
     let namespace = if support.userns {
         Some((IdMaps::current().map_err(setup)?, mounts(&hidden, keep)?))
     } else {
@@ -507,6 +508,18 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
         namespace.is_some(),
     )?;
     Ok(Some(Prepared { ruleset, namespace }))
+}
+
+/// The paths of `hidden` that are not inside another one: hiding a folder
+/// hides what is in it, and a mount under a folder already replaced by an
+/// empty tmpfs has nothing to mount on (the config file in its own config
+/// folder made every confined command fail to start).
+fn outermost(hidden: Vec<&PathBuf>) -> Vec<&PathBuf> {
+    hidden
+        .iter()
+        .filter(|h| !hidden.iter().any(|o| o != *h && h.starts_with(o)))
+        .copied()
+        .collect()
 }
 
 /// How long a built ruleset is reused for the same confinement: building
@@ -835,6 +848,17 @@ mod tests {
                 root.join("home/src")
             ]
         );
+    }
+
+    #[test]
+    fn a_hidden_path_inside_another_is_not_mounted_twice() {
+        let (dir, file, other) = (
+            PathBuf::from("/home/u/.config/flyto"),
+            PathBuf::from("/home/u/.config/flyto/config.toml"),
+            PathBuf::from("/home/u/.ssh"),
+        );
+        let kept = outermost(vec![&file, &dir, &other]);
+        assert_eq!(kept, vec![&dir, &other]);
     }
 
     #[test]

@@ -1,0 +1,420 @@
+//! `[mcp]` in the config: the servers people bring, checked into specs.
+//! Values of `env` and `headers` may name the daemon's environment
+//! variables (`${GITHUB_TOKEN}`); they are read when a server starts and
+//! never shown: `Debug` and the views print names only.
+
+use crate::tools::sandbox::Profile;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `[mcp]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSection {
+    /// `[mcp.servers.NAME]`.
+    pub servers: BTreeMap<String, ServerEntry>,
+    /// Servers no session has used for this long are stopped (they start
+    /// again with the next session that needs them).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for McpSection {
+    fn default() -> Self {
+        McpSection {
+            servers: BTreeMap::new(),
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// One `[mcp.servers.NAME]` entry: `command` (stdio) or `url` (HTTP).
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables the server gets besides the filtered environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Where a stdio server runs (default: `plans.default_workdir`).
+    pub cwd: Option<String>,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub tools: ToolLists,
+    #[serde(default = "startup_timeout", with = "humantime_serde")]
+    pub startup_timeout: Duration,
+    #[serde(default = "call_timeout", with = "humantime_serde")]
+    pub call_timeout: Duration,
+    /// `off`, `read-only` or `workspace-write`; default: the sessions'
+    /// sandbox profile.
+    pub sandbox: Option<String>,
+    /// A result larger than this is refused (the model is told).
+    #[serde(default = "max_result_bytes")]
+    pub max_result_bytes: u64,
+}
+
+/// Names only: values may be secrets.
+impl std::fmt::Debug for ServerEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerEntry")
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field(
+                "url",
+                &self
+                    .url
+                    .as_deref()
+                    .map(|u| u.split(['?', '#']).next().unwrap_or(u)),
+            )
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `tools = { allow = [...], deny = [...] }`: globs over the server's own
+/// tool names; deny wins.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolLists {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn startup_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn call_timeout() -> Duration {
+    Duration::from_secs(120)
+}
+fn max_result_bytes() -> u64 {
+    1 << 20
+}
+
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    Stdio { command: String, args: Vec<String> },
+    Http { url: String },
+}
+
+/// Where a stdio server's sandbox comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SandboxChoice {
+    /// The sessions' profile.
+    Sessions,
+    Profile(Profile),
+}
+
+/// A checked server entry.
+#[derive(Clone)]
+pub struct ServerSpec {
+    pub name: String,
+    pub entry: ServerEntry,
+    pub transport: Transport,
+    pub sandbox: SandboxChoice,
+    allow: Option<GlobSet>,
+    deny: Option<GlobSet>,
+}
+
+/// What `describe` shows: a URL's query may hold a token.
+impl std::fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSpec")
+            .field("name", &self.name)
+            .field("transport", &self.describe())
+            .field("entry", &self.entry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerSpec {
+    /// Whether the server's tool `name` is offered to sessions.
+    pub fn tool_allowed(&self, name: &str) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.is_match(name))
+            && !self.deny.as_ref().is_some_and(|d| d.is_match(name))
+    }
+
+    /// One line for `mcp_list`: the command and its arguments, or the URL
+    /// (without a query, which may carry a token).
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { command, args } if args.is_empty() => format!("stdio: {command}"),
+            Transport::Stdio { command, args } => {
+                let shown: Vec<&str> = args
+                    .iter()
+                    .map(|a| {
+                        if crate::tools::secrets::scan(a).is_some() {
+                            "[redacted]"
+                        } else {
+                            a.as_str()
+                        }
+                    })
+                    .collect();
+                format!("stdio: {command} {}", shown.join(" "))
+            }
+            Transport::Http { url } => {
+                let bare = url.split(['?', '#']).next().unwrap_or(url);
+                format!("http: {bare}")
+            }
+        }
+    }
+}
+
+/// Checks `[mcp]`: every problem names the entry and the fix.
+pub fn check(section: &McpSection) -> Result<Vec<ServerSpec>, String> {
+    if section.idle_timeout.is_zero() {
+        return Err("[mcp] idle_timeout must be more than 0 (for example \"10m\")".into());
+    }
+    let mut out = Vec::new();
+    for (name, entry) in &section.servers {
+        let at = format!("[mcp.servers.{name}]");
+        if name.is_empty()
+            || name.len() > 32
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            || name.contains("__")
+        {
+            return Err(format!(
+                "{at}: a server name is 1 to 32 letters, digits, `-` or `_` (no `__`): its tools are named mcp__<server>__<tool>; rename it"
+            ));
+        }
+        let transport = match (&entry.command, &entry.url) {
+            (Some(c), None) if !c.trim().is_empty() => Transport::Stdio {
+                command: c.clone(),
+                args: entry.args.clone(),
+            },
+            (Some(_), None) => {
+                return Err(format!(
+                    "{at}: `command` is empty: give the server's program"
+                ));
+            }
+            (None, Some(u)) => {
+                let parsed = reqwest::Url::parse(u).map_err(|e| {
+                    format!("{at}: `url = \"{u}\"` is not a URL ({e}): use http://HOST:PORT/PATH or https://…")
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(format!(
+                        "{at}: `url` must be http:// or https:// (streamable HTTP), not {}://",
+                        parsed.scheme()
+                    ));
+                }
+                if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() {
+                    return Err(format!(
+                        "{at}: `args`, `env` and `cwd` are for stdio servers (`command`), not for `url`: remove them"
+                    ));
+                }
+                Transport::Http { url: u.clone() }
+            }
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "{at}: give either `command` (a stdio server) or `url` (streamable HTTP), not both"
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "{at}: give `command` (a stdio server) or `url` (streamable HTTP)"
+                ));
+            }
+        };
+        if matches!(transport, Transport::Stdio { .. }) && !entry.headers.is_empty() {
+            return Err(format!(
+                "{at}: `headers` are for `url` servers; a stdio server gets `env`"
+            ));
+        }
+        for (k, v) in entry.env.iter().chain(&entry.headers) {
+            if k.is_empty() || k.contains('=') {
+                return Err(format!(
+                    "{at}: `{k}` is not a valid variable or header name"
+                ));
+            }
+            placeholders(v).map_err(|e| format!("{at}: the value of `{k}` {e}"))?;
+        }
+        for (what, d) in [
+            ("startup_timeout", entry.startup_timeout),
+            ("call_timeout", entry.call_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!(
+                    "{at}: `{what}` must be more than 0 (for example \"30s\")"
+                ));
+            }
+        }
+        if entry.max_result_bytes == 0 {
+            return Err(format!("{at}: `max_result_bytes` must be more than 0"));
+        }
+        let sandbox = match entry.sandbox.as_deref() {
+            None => SandboxChoice::Sessions,
+            Some(p) => SandboxChoice::Profile(
+                Profile::parse(p).map_err(|e| format!("{at}: `sandbox`: {e}"))?,
+            ),
+        };
+        let globs =
+            |list: &[String], which: &str| -> Result<Option<GlobSet>, String> {
+                if list.is_empty() {
+                    return Ok(None);
+                }
+                let mut b = GlobSetBuilder::new();
+                for g in list {
+                    b.add(Glob::new(g).map_err(|e| {
+                        format!("{at}: tools.{which} `{g}` is not a valid glob ({e})")
+                    })?);
+                }
+                b.build()
+                    .map(Some)
+                    .map_err(|e| format!("{at}: tools.{which}: {e}"))
+            };
+        out.push(ServerSpec {
+            name: name.clone(),
+            entry: entry.clone(),
+            transport,
+            sandbox,
+            allow: globs(&entry.tools.allow, "allow")?,
+            deny: globs(&entry.tools.deny, "deny")?,
+        });
+    }
+    Ok(out)
+}
+
+/// The `${NAME}`s in `value`; an error for an unclosed or empty one.
+fn placeholders(value: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        let after = &rest[i + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "has `${` without a closing `}`".to_string())?;
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "names `${{{name}}}`, which is not a variable name (letters, digits, `_`)"
+            ));
+        }
+        names.push(name);
+        rest = &after[end + 1..];
+    }
+    Ok(names)
+}
+
+/// `value` with each `${NAME}` replaced by the daemon's variable `NAME`;
+/// an error names the variable that is not set (never the value).
+pub fn expand(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("has `${` without a closing `}`".into());
+        };
+        let name = &after[..end];
+        let v = lookup(name).ok_or_else(|| {
+            format!("names ${{{name}}}, which is not set in flytod's environment: set it (for a systemd unit, in Environment= or EnvironmentFile=) or write the value")
+        })?;
+        out.push_str(&v);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
+        let section: McpSection = toml::from_str(text).map_err(|e| e.to_string())?;
+        check(&section)
+    }
+
+    #[test]
+    fn entries_need_one_transport_and_valid_names() {
+        assert!(
+            parse("[servers.a]\ncommand = \"x\"\nurl = \"http://h/\"")
+                .unwrap_err()
+                .contains("not both")
+        );
+        assert!(
+            parse("[servers.a]\nenabled = true")
+                .unwrap_err()
+                .contains("give `command`")
+        );
+        assert!(
+            parse("[servers.\"a b\"]\ncommand = \"x\"")
+                .unwrap_err()
+                .contains("rename it")
+        );
+        assert!(
+            parse("[servers.a__b]\ncommand = \"x\"")
+                .unwrap_err()
+                .contains("no `__`")
+        );
+        assert!(
+            parse("[servers.a]\nurl = \"ftp://h/\"")
+                .unwrap_err()
+                .contains("http://")
+        );
+        assert!(
+            parse("[servers.a]\ncommand = \"x\"\nsandbox = \"jail\"")
+                .unwrap_err()
+                .contains("read-only")
+        );
+        assert!(
+            parse("[servers.a]\ncommand = \"x\"\ntools = { allow = [\"[\"] }")
+                .unwrap_err()
+                .contains("not a valid glob")
+        );
+        assert!(
+            parse("[servers.a]\ncommand = \"x\"\nenv = { T = \"${}\" }")
+                .unwrap_err()
+                .contains("not a variable name")
+        );
+        let ok = parse(
+            "[servers.gh]\ncommand = \"gh-mcp\"\nargs = [\"--stdio\"]\ncall_timeout = \"5s\"",
+        )
+        .unwrap();
+        assert_eq!(ok[0].entry.call_timeout, Duration::from_secs(5));
+        assert_eq!(ok[0].describe(), "stdio: gh-mcp --stdio");
+    }
+
+    #[test]
+    fn deny_wins_over_allow() {
+        let s = parse("[servers.a]\ncommand = \"x\"\ntools = { allow = [\"read_*\", \"list\"], deny = [\"read_secret\"] }").unwrap();
+        assert!(s[0].tool_allowed("read_file"));
+        assert!(s[0].tool_allowed("list"));
+        assert!(!s[0].tool_allowed("read_secret"));
+        assert!(!s[0].tool_allowed("write_file"));
+    }
+
+    #[test]
+    fn placeholders_expand_and_name_what_is_missing() {
+        let look = |n: &str| (n == "TOKEN").then(|| "s3cret".to_string());
+        assert_eq!(expand("Bearer ${TOKEN}", look).unwrap(), "Bearer s3cret");
+        let e = expand("${NOPE}", look).unwrap_err();
+        assert!(e.contains("${NOPE}") && !e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn debug_never_shows_values() {
+        let s = parse("[servers.a]\nurl = \"https://h/mcp?key=abc\"\nheaders = { Authorization = \"Bearer zzz\" }").unwrap();
+        let shown = format!("{:?} {}", s[0], s[0].describe());
+        assert!(
+            !shown.contains("zzz") && !shown.contains("key=abc"),
+            "{shown}"
+        );
+    }
+}

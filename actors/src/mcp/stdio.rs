@@ -1,0 +1,226 @@
+//! A stdio server's process: started like the agent's commands (its own
+//! process group, dead with flytod, recorded in the spawn table as
+//! confined, in the sandbox), with a filter between its stdout and the
+//! MCP client that keeps only JSON lines. What else it prints is kept (the
+//! first such line) for the error that says it is not an MCP server; a
+//! line over the size limit ends the connection instead of filling memory.
+
+use crate::tools::process::{self, Spawn, SpawnGuard};
+use crate::tools::sandbox::{self, SandboxSpec};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Lines of stderr kept for error messages.
+const STDERR_LINES: usize = 5;
+
+/// What the server wrote besides MCP, and why its stream ended early.
+#[derive(Debug, Default)]
+pub struct Noise {
+    /// The first line on stdout that was not JSON.
+    pub not_json: Option<String>,
+    /// Set when the filter cut the connection.
+    pub cut: Option<String>,
+    /// Its last lines on stderr.
+    pub stderr: VecDeque<String>,
+}
+
+/// The running process: killed (its whole group) when dropped.
+pub struct ServerProcess {
+    pgid: i32,
+    child: tokio::process::Child,
+    _entry: Option<SpawnGuard>,
+    pub noise: Arc<Mutex<Noise>>,
+}
+
+impl ServerProcess {
+    /// Waits for the leader to exit; the exit status as text.
+    pub async fn exited(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("cannot wait for it: {e}"),
+        }
+    }
+
+    /// What the server said that explains a failure, for error messages.
+    pub fn explain(&self) -> String {
+        let noise = self.noise.lock().unwrap_or_else(|p| p.into_inner());
+        let mut parts = Vec::new();
+        if let Some(cut) = &noise.cut {
+            parts.push(cut.clone());
+        }
+        if let Some(line) = &noise.not_json {
+            parts.push(format!(
+                "it wrote `{}` on stdout, which is not MCP (JSON-RPC): is the command an MCP server, and does it log to stderr?",
+                clip(line, 120)
+            ));
+        }
+        if !noise.stderr.is_empty() {
+            let lines: Vec<&str> = noise.stderr.iter().map(String::as_str).collect();
+            parts.push(format!(
+                "its stderr ended with: {}",
+                clip(&lines.join(" | "), 300)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        process::kill_group(self.pgid, libc::SIGKILL);
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// Starts `command args` in `cwd` with `env` (already filtered), confined
+/// by `sandbox`. Returns the process and the two ends the MCP client
+/// speaks over: filtered stdout, and stdin.
+pub fn spawn(
+    command: &str,
+    args: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    sandbox: Option<&SandboxSpec>,
+    max_line: usize,
+) -> Result<
+    (
+        ServerProcess,
+        impl AsyncRead + Send + Unpin + 'static,
+        tokio::process::ChildStdin,
+    ),
+    String,
+> {
+    let prepared = match sandbox.map(|s| sandbox::prepare(s, None)) {
+        Some(Ok(p)) => p.map(Arc::new),
+        Some(Err(e)) => return Err(format!("cannot confine it: {e}")),
+        None => None,
+    };
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // prepare() made it, private; unconfined, the system's TMPDIR stays.
+    if let Some(tmp) = sandbox
+        .filter(|_| prepared.is_some())
+        .and_then(|s| s.tmpdir.as_ref())
+    {
+        cmd.env("TMPDIR", tmp);
+    }
+    process::confine_child(&mut cmd, prepared);
+    let (spawned, entry) = process::spawn_recorded(
+        &mut cmd,
+        Spawn {
+            start_time: 0,
+            confined: true,
+            plan_sock: None,
+        },
+    );
+    let mut child = spawned.map_err(|e| {
+        format!(
+            "cannot start `{command}` in {}: {e}; check `command` (a program on PATH or a full path) and `cwd`",
+            cwd.display()
+        )
+    })?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let (Some(stdout), Some(stdin), Some(stderr)) =
+        (child.stdout.take(), child.stdin.take(), child.stderr.take())
+    else {
+        return Err("its pipes were not set up".into());
+    };
+    let noise = Arc::new(Mutex::new(Noise::default()));
+    let (reader, writer) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(filter(stdout, writer, noise.clone(), max_line));
+    tokio::spawn(keep_stderr(stderr, noise.clone()));
+    Ok((
+        ServerProcess {
+            pgid,
+            child,
+            _entry: entry,
+            noise,
+        },
+        reader,
+        stdin,
+    ))
+}
+
+/// Forwards the JSON lines of `from` to `to`; ends `to` when `from` ends
+/// or a line is over `max_line` bytes.
+async fn filter(
+    from: tokio::process::ChildStdout,
+    mut to: tokio::io::DuplexStream,
+    noise: Arc<Mutex<Noise>>,
+    max_line: usize,
+) {
+    let mut from = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut limited = (&mut from).take(max_line as u64 + 1);
+        match limited.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.len() > max_line && !line.ends_with(b"\n") {
+            let mut n = noise.lock().unwrap_or_else(|p| p.into_inner());
+            n.cut = Some(format!(
+                "it sent a message of more than {max_line} bytes, over the size limit (max_result_bytes): the connection was closed"
+            ));
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if trimmed.starts_with('{') || trimmed.starts_with('[') {
+            if to.write_all(&line).await.is_err() {
+                return;
+            }
+            if !line.ends_with(b"\n") && to.write_all(b"\n").await.is_err() {
+                return;
+            }
+        } else {
+            let mut n = noise.lock().unwrap_or_else(|p| p.into_inner());
+            if n.not_json.is_none() {
+                n.not_json = Some(trimmed.to_string());
+            }
+            tracing::debug!(line = %clip(trimmed, 200), "MCP server wrote a line that is not JSON on stdout");
+        }
+    }
+}
+
+async fn keep_stderr(from: tokio::process::ChildStderr, noise: Arc<Mutex<Noise>>) {
+    let mut lines = BufReader::new(from.take(16 << 20)).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line = line.trim().to_string();
+        if line.is_empty() {
+            continue;
+        }
+        tracing::debug!(line = %clip(&line, 300), "MCP server stderr");
+        let mut n = noise.lock().unwrap_or_else(|p| p.into_inner());
+        if n.stderr.len() == STDERR_LINES {
+            n.stderr.pop_front();
+        }
+        n.stderr.push_back(clip(&line, 200));
+    }
+}
+
+/// The private TMPDIR of server `name`.
+pub fn tmpdir(name: &str) -> std::path::PathBuf {
+    sandbox::tmpdir_for(&format!("mcp-{name}"))
+}

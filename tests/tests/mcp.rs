@@ -1,0 +1,471 @@
+//! MCP servers through the real daemon, a scripted model and a fake MCP
+//! server (`fake-mcp`, stdio and streamable HTTP): tools are offered as
+//! `mcp__<server>__<tool>` (allow/deny lists and bad schemas applied) and
+//! called; error results, timeouts and oversized results reach the model
+//! as errors; a server that crashes mid-call gives an `interrupted` result
+//! and is restarted; cancel reaches a slow call; a changed tool list is
+//! picked up; servers that cannot start are reported and never block a
+//! session; SIGKILL mid-call leaves a consistent transcript; SIGHUP
+//! applies config changes without touching unchanged servers.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use flyto_tests::fake_llm::Reply;
+use flyto_tests::flyto_protocol::{BlockView, SessionEvent};
+use flyto_tests::sessions_support::{
+    cancel, done, history, new_session, next_event, notices, request_tool_result, send, setup_with,
+    start, start_send, start_with, stored_result, workdir,
+};
+use flyto_tests::{DEADLINE, TestEnv, bin, processes_with, wait_until};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A `[mcp.servers.NAME]` entry for fake-mcp with `args`, tagged so the
+/// test can find its process, running in the folder `env_tag` (the
+/// sandbox lets it write there, and only there).
+fn server(name: &str, env_tag: &str, args: &[&str], extra: &str) -> String {
+    std::fs::create_dir_all(env_tag).unwrap();
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[mcp.servers.{name}]\ncommand = {:?}\nargs = [{}]\ncwd = {env_tag:?}\nenv = {{ FAKE_MCP_TAG = {env_tag:?} }}\n{extra}\n",
+        bin("fake-mcp").display().to_string(),
+        args.join(", ")
+    )
+}
+
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn mcp_list(env: &TestEnv) -> Value {
+    let out = env.ctl(&["mcp_list", "--json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn server_view(env: &TestEnv, name: &str) -> Value {
+    mcp_list(env)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no server {name} in mcp_list"))
+}
+
+fn log_of(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn stdio_tools_are_offered_called_and_their_failures_reach_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("calls.log");
+    let tag = tmp.path().display().to_string();
+    let config = server(
+        "fake",
+        &tag,
+        &["--log", &log.display().to_string(), "--bad-schema"],
+        "call_timeout = \"2s\"\nmax_result_bytes = 1000\ntools = { deny = [\"secret\"] }",
+    );
+    let (fake, env, _daemon) = setup_with(
+        &config,
+        vec![
+            Reply::tool_calls(vec![
+                ("c1", "mcp__fake__echo", json!({"text": "hi"}).to_string()),
+                ("c2", "mcp__fake__fail", "{}".into()),
+                ("c3", "mcp__fake__image", "{}".into()),
+            ]),
+            Reply::tool_calls(vec![
+                ("c4", "mcp__fake__slow", "{}".into()),
+                ("c5", "mcp__fake__big", json!({"bytes": 5000}).to_string()),
+                ("c6", "mcp__fake__secret", "{}".into()),
+            ]),
+            Reply::text("done"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "use the tools");
+    assert!(done(&events), "{events:#?}");
+
+    let requests = fake.requests();
+    let tools = offered_tools(&requests[0]);
+    for t in [
+        "mcp__fake__echo",
+        "mcp__fake__fail",
+        "mcp__fake__slow",
+        "read",
+    ] {
+        assert!(
+            tools.contains(&t.to_string()),
+            "{t} not offered: {tools:?}\n{:#}",
+            mcp_list(&env)
+        );
+    }
+    // The deny list and the invalid schema keep tools out.
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t == "mcp__fake__secret" || t == "mcp__fake__broken"),
+        "{tools:?}"
+    );
+
+    assert_eq!(request_tool_result(&requests[1], "c1"), "echo: hi");
+    assert!(request_tool_result(&requests[1], "c2").contains("the thing is broken"));
+    assert!(request_tool_result(&requests[1], "c3").contains("[image image/png"));
+    let slow = request_tool_result(&requests[2], "c4");
+    assert!(
+        slow.contains("did not answer `slow` within 2s (call_timeout)"),
+        "{slow}"
+    );
+    let big = request_tool_result(&requests[2], "c5");
+    assert!(
+        big.contains("over its limit of 1000") && big.contains("max_result_bytes"),
+        "{big}"
+    );
+    assert!(request_tool_result(&requests[2], "c6").contains("unknown tool `mcp__fake__secret`"));
+    // The error results are stored as errors.
+    let (_, messages) = history(&env, &id);
+    let failed: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| &m.blocks)
+        .filter_map(|b| match b {
+            BlockView::ToolResult {
+                call_id,
+                is_error: true,
+                ..
+            } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, ["c2", "c4", "c5", "c6"]);
+    // The abandoned call was cancelled at the server.
+    wait_until("the server to hear of the cancel", DEADLINE, || {
+        log_of(&log).contains("cancelled").then_some(())
+    });
+
+    let view = server_view(&env, "fake");
+    assert_eq!(view["state"], "running", "{view:#}");
+    assert_eq!(view["protocol"], "2025-06-18", "{view:#}");
+    assert!(
+        view["problems"]
+            .to_string()
+            .contains("tool `broken` is left out: its input schema is not valid JSON Schema"),
+        "{view:#}"
+    );
+    let out = env.ctl(&["mcp_tools", "fake"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("mcp__fake__echo (read-only)"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("secret"), "{}", out.stdout);
+    let out = env.ctl(&["mcp_tools", "nope"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("no MCP server named `nope`: the configured ones are fake"),
+        "{out:?}"
+    );
+    // One process for every session: a second session reuses it.
+    assert_eq!(processes_with(&[&format!("FAKE_MCP_TAG={tag}")]).len(), 1);
+}
+
+#[test]
+fn a_crash_mid_call_is_interrupted_and_the_server_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tag = tmp.path().display().to_string();
+    let (fake, env, _daemon) = setup_with(
+        &server("fake", &tag, &[], ""),
+        vec![
+            Reply::tool_call("c1", "mcp__fake__crash", "{}"),
+            Reply::text("it crashed"),
+            Reply::tool_call("c2", "mcp__fake__echo", json!({"text": "again"})),
+            Reply::text("back"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "crash it");
+    let crashed = request_tool_result(&fake.requests()[1], "c1");
+    assert!(
+        crashed.starts_with("interrupted: MCP server `fake` closed the connection during `crash`"),
+        "{crashed}"
+    );
+    let view = wait_until("the server to be restarted", DEADLINE, || {
+        let v = server_view(&env, "fake");
+        (v["state"] == "running" && v["restarts"] == 1).then_some(v)
+    });
+    assert!(
+        view["last_error"].as_str().is_none_or(|e| !e.is_empty()),
+        "{view:#}"
+    );
+    send(&env, &id, "again");
+    assert_eq!(
+        request_tool_result(&fake.requests()[3], "c2"),
+        "echo: again"
+    );
+}
+
+#[test]
+fn cancel_reaches_a_slow_call_and_a_changed_tool_list_is_picked_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("calls.log");
+    let tag = tmp.path().display().to_string();
+    let (fake, env, _daemon) = setup_with(
+        &server("fake", &tag, &["--log", &log.display().to_string()], ""),
+        vec![
+            Reply::tool_call("c1", "mcp__fake__slow", "{}"),
+            Reply::tool_call("c2", "mcp__fake__grow", "{}"),
+            Reply::text("grown"),
+            Reply::tool_call("c3", "mcp__fake__late", "{}"),
+            Reply::text("used it"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let mut stream = start_send(&env, &id, "be slow");
+    wait_until("the slow call to reach the server", DEADLINE, || {
+        log_of(&log).contains("tools/call").then_some(())
+    });
+    cancel(&env, &id);
+    loop {
+        match next_event(&mut stream, &id) {
+            Some((_, e)) if e.ends_run() => {
+                assert!(matches!(e, SessionEvent::Cancelled { .. }), "{e:?}");
+                break;
+            }
+            Some(_) => {}
+            None => panic!("the stream ended without the run's end"),
+        }
+    }
+    wait_until("the server to hear of the cancel", DEADLINE, || {
+        log_of(&log).contains("cancelled").then_some(())
+    });
+
+    send(&env, &id, "grow");
+    // The server said its list changed: the new tool is listed, and the
+    // next run offers and calls it.
+    wait_until("the new tool to be listed", DEADLINE, || {
+        let out = env.ctl(&["mcp_tools", "fake"]);
+        out.stdout.contains("mcp__fake__late").then_some(())
+    });
+    send(&env, &id, "use the new one");
+    let requests = fake.requests();
+    let last = requests.last().unwrap();
+    assert!(offered_tools(&requests[3]).contains(&"mcp__fake__late".to_string()));
+    assert_eq!(request_tool_result(last, "c3"), "late tool answers");
+}
+
+/// fake-mcp serving streamable HTTP; its port once it listens.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_server(dir: &std::path::Path, token: &str) -> HttpServer {
+    let port_file = dir.join(format!("port-{token}"));
+    let child = std::process::Command::new(bin("fake-mcp"))
+        .args(["--http", &port_file.display().to_string(), "--token", token])
+        .spawn()
+        .unwrap();
+    let port = wait_until("fake-mcp to listen", DEADLINE, || {
+        std::fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|p| p.parse().ok())
+    });
+    HttpServer { child, port }
+}
+
+#[test]
+fn servers_that_cannot_start_are_reported_and_sessions_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tag = tmp.path().display().to_string();
+    let http = http_server(tmp.path(), "right-token");
+    let mut config = String::new();
+    config.push_str("[mcp.servers.missing]\ncommand = \"/nonexistent/mcp-server\"\n\n");
+    config.push_str(&server(
+        "chatty",
+        &tag,
+        &["--not-mcp"],
+        "startup_timeout = \"2s\"",
+    ));
+    config.push_str(&server("oldproto", &tag, &["--version", "1999-01-01"], ""));
+    config.push_str(&format!(
+        "[mcp.servers.locked]\nurl = \"http://127.0.0.1:{}/mcp\"\nheaders = {{ Authorization = \"Bearer wrong-token\" }}\n\n",
+        http.port
+    ));
+    config.push_str("[mcp.servers.refused]\nurl = \"http://127.0.0.1:1/mcp\"\n\n");
+    let (fake, env, _daemon) = setup_with(&config, vec![Reply::text("hello without them")]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "hi");
+    assert!(done(&events), "{events:#?}");
+    assert_eq!(fake.request_count(), 1);
+    let said = notices(&events).join("\n");
+    for name in ["missing", "chatty", "oldproto", "locked", "refused"] {
+        assert!(
+            said.contains(&format!("MCP server `{name}` is not available")),
+            "{name}: {said}"
+        );
+    }
+    let error = |name: &str| {
+        let v = server_view(&env, name);
+        assert_eq!(v["state"], "failed", "{v:#}");
+        v["last_error"].as_str().unwrap().to_string()
+    };
+    let e = error("missing");
+    assert!(
+        e.contains("cannot start `/nonexistent/mcp-server`") && e.contains("check `command`"),
+        "{e}"
+    );
+    let e = error("chatty");
+    assert!(
+        e.contains("not MCP (JSON-RPC)") && e.contains("This is a chat bot"),
+        "{e}"
+    );
+    let e = error("oldproto");
+    assert!(
+        e.contains("protocol version `1999-01-01`, which flytod does not"),
+        "{e}"
+    );
+    let e = error("locked");
+    assert!(
+        e.contains("401 Unauthorized") && e.contains("headers"),
+        "{e}"
+    );
+    assert!(!e.contains("wrong-token"), "{e}");
+    let e = error("refused");
+    assert!(e.contains("cannot reach http://127.0.0.1:1/mcp"), "{e}");
+}
+
+#[test]
+fn http_servers_take_headers_from_the_environment_and_never_show_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let http = http_server(tmp.path(), "s3cret-value-42");
+    let config = format!(
+        "[mcp.servers.web]\nurl = \"http://127.0.0.1:{}/mcp\"\nheaders = {{ Authorization = \"Bearer ${{FAKE_MCP_TOKEN}}\" }}\n",
+        http.port
+    );
+    let fake = flyto_tests::fake_llm::FakeLlm::start(vec![
+        Reply::tool_call("c1", "mcp__web__echo", json!({"text": "over http"})),
+        Reply::text("done"),
+    ]);
+    let env = TestEnv::new(&format!(
+        "{}{config}\n{}",
+        flyto_tests::sessions_support::BASE,
+        fake.config()
+    ));
+    let daemon = start_with(&env, &[("FAKE_MCP_TOKEN", "s3cret-value-42")]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "call it");
+    assert_eq!(
+        request_tool_result(&fake.requests()[1], "c1"),
+        "echo: over http"
+    );
+    let listed = env.ctl(&["mcp_list"]).stdout;
+    assert!(
+        listed.contains("web: running") && listed.contains("http: http://127.0.0.1"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains("s3cret") && !daemon.log().contains("s3cret"),
+        "{listed}"
+    );
+}
+
+#[test]
+fn sigkill_mid_call_leaves_a_consistent_session_and_no_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("calls.log");
+    let tag = tmp.path().display().to_string();
+    let (fake, env, daemon) = setup_with(
+        &server("fake", &tag, &["--log", &log.display().to_string()], ""),
+        vec![
+            Reply::tool_call("c1", "mcp__fake__slow", "{}"),
+            Reply::text("recovered"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let _stream = start_send(&env, &id, "be slow");
+    wait_until("the slow call to reach the server", DEADLINE, || {
+        log_of(&log).contains("tools/call").then_some(())
+    });
+    // Everything written so far is durable once another request answers.
+    new_session(&env, &dir);
+    daemon.kill9();
+    wait_until(
+        "the server to die with flytod",
+        Duration::from_secs(10),
+        || {
+            processes_with(&[&format!("FAKE_MCP_TAG={tag}")])
+                .is_empty()
+                .then_some(())
+        },
+    );
+    let _daemon = start(&env);
+    let (_, messages) = history(&env, &id);
+    let result = stored_result(&messages, "c1").expect("the interrupted call has a result");
+    assert!(result.1 && result.0.contains("interrupted"), "{result:?}");
+    send(&env, &id, "go on");
+    assert!(request_tool_result(&fake.requests()[1], "c1").contains("interrupted"));
+}
+
+#[test]
+fn sighup_restarts_changed_servers_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        tmp.path().join("a").display().to_string(),
+        tmp.path().join("b").display().to_string(),
+    );
+    let base = format!(
+        "{}{}",
+        server("keep", &a, &[], ""),
+        server("change", &b, &[], "")
+    );
+    let (_fake, env, daemon) = setup_with(&base, vec![Reply::text("up"), Reply::text("up")]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "start them");
+    let pids = |tag: &str| processes_with(&[&format!("FAKE_MCP_TAG={tag}")]);
+    let (keep, change) = (pids(&a), pids(&b));
+    assert_eq!((keep.len(), change.len()), (1, 1));
+
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    let changed = text.replace(
+        &server("change", &b, &[], ""),
+        &server("change", &b, &[], "tools = { allow = [\"echo\"] }"),
+    );
+    assert_ne!(text, changed);
+    env.write_config(&changed);
+    daemon.signal(libc::SIGHUP);
+    wait_until(
+        "the changed server to restart with its new list",
+        DEADLINE,
+        || {
+            let out = env.ctl(&["mcp_tools", "change"]);
+            (out.code == 0 && !out.stdout.contains("mcp__change__fail") && pids(&b) != change)
+                .then_some(())
+        },
+    );
+    assert_eq!(pids(&a), keep, "the unchanged server was restarted");
+    let out = env.ctl(&["mcp_tools", "change"]);
+    assert!(out.stdout.contains("mcp__change__echo"), "{out:?}");
+}
