@@ -213,6 +213,7 @@ mod tests {
 
     fn session(messages: u64, base: u64, status: &str) -> SessionView {
         SessionView {
+            parent: None,
             id: "s3".into(),
             name: None,
             workdir: "/srv/proj".into(),

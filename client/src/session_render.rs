@@ -544,6 +544,11 @@ pub fn header(s: &SessionView, now_ms: u64, style: Style) -> String {
         first.push_str(&part);
     }
     let mut out = format!("{first}\nworkdir {}\n", s.workdir);
+    if let Some(parent) = &s.parent {
+        out.push_str(&format!(
+            "sub-agent of {parent} (`flytoctl session_history {parent}`)\n"
+        ));
+    }
     if let Some(error) = &s.error {
         out.push_str(&format!(
             "{} {}\n",
@@ -1014,6 +1019,7 @@ mod tests {
 
     fn session() -> SessionView {
         SessionView {
+            parent: None,
             id: "s3".into(),
             name: Some("work".into()),
             workdir: "/srv/proj".into(),
@@ -1223,6 +1229,7 @@ now
         );
         // The header says which messages the model still sees.
         let s = SessionView {
+            parent: None,
             context_base_idx: 5,
             context: flyto_protocol::ContextView {
                 head_from_idx: 1,
@@ -1323,6 +1330,7 @@ now
         );
         assert_eq!(cancelled(&s), "s3 was not running");
         let running = SessionView {
+            parent: None,
             status: "running".into(),
             ..s
         };

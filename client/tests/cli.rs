@@ -378,6 +378,7 @@ fn a_missing_daemon_is_exit_3() {
 
 fn session_view(id: &str, status: &str) -> SessionView {
     SessionView {
+        parent: None,
         id: id.into(),
         name: Some("work".into()),
         workdir: "/srv/proj".into(),

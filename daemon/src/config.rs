@@ -366,6 +366,12 @@ pub struct SessionsSection {
     /// How long an `ask` command waits for an attached person's y/N.
     #[serde(with = "humantime_serde")]
     pub approval_timeout: Duration,
+    /// Sub-agents below a session people started (0: no `agent` tool).
+    pub max_agent_depth: u32,
+    /// Model calls of one sub-agent's run.
+    pub agent_max_iterations: u32,
+    /// Share (0-1) of the parent's remaining run budget a sub-agent gets.
+    pub agent_budget_share: f64,
 }
 
 impl Default for SessionsSection {
@@ -378,6 +384,9 @@ impl Default for SessionsSection {
             idle_stop: d.idle_stop,
             default_model: d.default_model,
             approval_timeout: d.approval_timeout,
+            max_agent_depth: d.max_agent_depth,
+            agent_max_iterations: d.agent_max_iterations,
+            agent_budget_share: d.agent_budget_share,
         }
     }
 }
@@ -512,10 +521,18 @@ pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         ("plans.max_parallel_steps", p.max_parallel_steps == 0),
         ("plans.max_attempts", p.max_attempts == 0),
         ("sessions.max_iterations", s.max_iterations == 0),
+        ("sessions.agent_max_iterations", s.agent_max_iterations == 0),
     ];
     if let Some((key, _)) = zero.iter().find(|(_, is_zero)| *is_zero) {
         bail!(
             "invalid config file {}: {key} must be at least 1 (it is 0); set it to 1 or more, or remove it for the default",
+            path.display()
+        );
+    }
+    let share = config.sessions.agent_budget_share;
+    if !(share > 0.0 && share <= 1.0) {
+        bail!(
+            "invalid config file {}: sessions.agent_budget_share = {share} must be more than 0 and at most 1 (0.5: a sub-agent may spend half of what its parent's run has left)",
             path.display()
         );
     }
@@ -733,6 +750,9 @@ impl Config {
                 stale_days: self.memory.stale_days,
             },
             extract_every: self.memory.extract_every,
+            max_agent_depth: s.max_agent_depth,
+            agent_max_iterations: s.agent_max_iterations,
+            agent_budget_share: s.agent_budget_share,
         }
     }
 

@@ -568,7 +568,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let hooks = Arc::new(flyto_actors::hooks::Hooks::new(config.hooks()?));
     let mcp = {
         let (specs, host) = config.mcp(&socket_path)?;
-        flyto_actors::mcp::McpHandle::new(specs, config.mcp.idle_timeout, host)
+        flyto_actors::mcp::McpHandle::new(specs, &config.mcp, host)
     };
     let ctx = Arc::new(server::Ctx {
         plans: RwLock::new(Arc::new(plans)),
@@ -1102,9 +1102,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             session_deps.hooks.replace(h);
                         }
                         match new.config.mcp(&socket_path) {
-                            Ok((specs, host)) => {
-                                mcp.configure(specs, new.config.mcp.idle_timeout, host)
-                            }
+                            Ok((specs, host)) => mcp.configure(specs, &new.config.mcp, host),
                             Err(e) => tracing::error!("keeping the old [mcp]: {e:#}"),
                         }
                         flyto_actors::memory::entry::declare_types(&new.config.memory_types());

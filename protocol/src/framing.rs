@@ -448,6 +448,7 @@ mod tests {
             metadata: BTreeMap::from([("author".to_string(), "me".to_string())]),
         };
         let session = SessionView {
+            parent: None,
             id: "s1".into(),
             name: None,
             workdir: "/w".into(),

@@ -822,6 +822,8 @@ pub struct SessionView {
     pub chain: String,
     pub depth: u32,
     pub context: ContextView,
+    /// A sub-agent's session: the session whose `agent` call started it.
+    pub parent: Option<String>,
 }
 
 /// A session's context budget. `tokens` = the last provider-reported usage

@@ -328,6 +328,18 @@ pub fn request_messages(body: &Value) -> &Vec<Value> {
         .unwrap_or_else(|| panic!("no messages in {body:#}"))
 }
 
+/// The tool names an OpenAI-style request body offers.
+pub fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The system message of an OpenAI-style request body.
 pub fn system_prompt(body: &Value) -> String {
     request_messages(body)

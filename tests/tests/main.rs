@@ -54,4 +54,5 @@ mod scope;
 mod secret_guard;
 mod sessions;
 mod skills;
+mod subagents;
 mod systemd;

@@ -12,8 +12,8 @@
 use flyto_tests::fake_llm::Reply;
 use flyto_tests::flyto_protocol::{BlockView, SessionEvent};
 use flyto_tests::sessions_support::{
-    cancel, done, history, new_session, next_event, notices, request_tool_result, send, setup_with,
-    start, start_send, start_with, stored_result, workdir,
+    cancel, done, history, new_session, next_event, notices, offered_tools, request_tool_result,
+    send, setup_with, start, start_send, start_with, stored_result, workdir,
 };
 use flyto_tests::{DEADLINE, TestEnv, bin, processes_with, wait_until};
 use serde_json::{Value, json};
@@ -30,17 +30,6 @@ fn server(name: &str, env_tag: &str, args: &[&str], extra: &str) -> String {
         bin("fake-mcp").display().to_string(),
         args.join(", ")
     )
-}
-
-fn offered_tools(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn mcp_list(env: &TestEnv) -> Value {
@@ -468,4 +457,73 @@ fn sighup_restarts_changed_servers_only() {
     assert_eq!(pids(&a), keep, "the unchanged server was restarted");
     let out = env.ctl(&["mcp_tools", "change"]);
     assert!(out.stdout.contains("mcp__change__echo"), "{out:?}");
+}
+
+#[test]
+fn idle_servers_stop_and_start_again_with_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tag = tmp.path().display().to_string();
+    let config = format!(
+        "[mcp]\nidle_timeout = \"1s\"\n\n{}",
+        server("fake", &tag, &[], "")
+    );
+    let (fake, env, _daemon) = setup_with(
+        &config,
+        vec![
+            Reply::tool_call("c1", "mcp__fake__echo", json!({"text": "one"})),
+            Reply::text("done"),
+            Reply::tool_call("c2", "mcp__fake__echo", json!({"text": "two"})),
+            Reply::text("done"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "first");
+    let procs = || processes_with(&[&format!("FAKE_MCP_TAG={tag}")]);
+    wait_until("the idle server to stop", DEADLINE, || {
+        (server_view(&env, "fake")["state"] == "idle" && procs().is_empty()).then_some(())
+    });
+    send(&env, &id, "second");
+    let requests = fake.requests();
+    assert_eq!(request_tool_result(&requests[1], "c1"), "echo: one");
+    assert_eq!(request_tool_result(&requests[3], "c2"), "echo: two");
+}
+
+#[test]
+fn a_stdio_server_runs_in_the_sandbox_unless_it_is_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (boxed, free) = (tmp.path().join("boxed"), tmp.path().join("free"));
+    let (boxed_log, free_log) = (tmp.path().join("boxed.log"), tmp.path().join("free.log"));
+    let config = format!(
+        "{}{}",
+        server(
+            "boxed",
+            &boxed.display().to_string(),
+            &["--log", &boxed_log.display().to_string()],
+            ""
+        ),
+        server(
+            "free",
+            &free.display().to_string(),
+            &["--log", &free_log.display().to_string()],
+            "sandbox = \"off\""
+        ),
+    );
+    let (_fake, env, _daemon) = setup_with(&config, vec![Reply::text("hi")]);
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "hi");
+    // Writing outside its cwd is refused in the sandbox: the confined
+    // server dies on its first message; the unconfined one runs.
+    assert!(
+        notices(&events)
+            .join("\n")
+            .contains("MCP server `boxed` is not available"),
+        "{events:#?}"
+    );
+    let error = server_view(&env, "boxed")["last_error"].to_string();
+    assert!(error.contains("Permission denied"), "{error}");
+    assert!(!boxed_log.exists());
+    assert_eq!(server_view(&env, "free")["state"], "running");
+    assert!(log_of(&free_log).contains("initialize"));
 }

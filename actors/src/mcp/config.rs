@@ -19,6 +19,10 @@ pub struct McpSection {
     /// again with the next session that needs them).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// How long a run waits for servers still starting before its first
+    /// model call; later calls get their tools once they are up.
+    #[serde(with = "humantime_serde")]
+    pub startup_wait: Duration,
 }
 
 impl Default for McpSection {
@@ -26,6 +30,7 @@ impl Default for McpSection {
         McpSection {
             servers: BTreeMap::new(),
             idle_timeout: Duration::from_secs(600),
+            startup_wait: Duration::from_secs(5),
         }
     }
 }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub const MCP_NAME: &str = "mcp";
 
-/// How often idle servers are looked for.
+/// How often idle servers are looked for (at most).
 const IDLE_CHECK: Duration = Duration::from_secs(15);
 /// Restart backoff: doubles from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
@@ -47,6 +47,7 @@ pub struct Snapshot {
 pub struct Shared {
     specs: RwLock<Arc<Vec<ServerSpec>>>,
     idle_timeout: RwLock<Duration>,
+    startup_wait: RwLock<Duration>,
     host: RwLock<Host>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     last_use: LastUse,
@@ -86,12 +87,13 @@ pub struct McpHandle {
 }
 
 impl McpHandle {
-    pub fn new(specs: Vec<ServerSpec>, idle_timeout: Duration, host: Host) -> Self {
+    pub fn new(specs: Vec<ServerSpec>, section: &super::McpSection, host: Host) -> Self {
         let (snapshot, _) = watch::channel(Arc::new(Snapshot::default()));
         McpHandle {
             shared: Arc::new(Shared {
                 specs: RwLock::new(Arc::new(specs)),
-                idle_timeout: RwLock::new(idle_timeout),
+                idle_timeout: RwLock::new(section.idle_timeout),
+                startup_wait: RwLock::new(section.startup_wait),
                 host: RwLock::new(host),
                 snapshot,
                 last_use: Arc::default(),
@@ -102,12 +104,15 @@ impl McpHandle {
 
     /// New config (SIGHUP): servers whose entry changed restart, removed
     /// ones stop, unchanged ones are not touched.
-    pub fn configure(&self, specs: Vec<ServerSpec>, idle_timeout: Duration, host: Host) {
+    pub fn configure(&self, specs: Vec<ServerSpec>, section: &super::McpSection, host: Host) {
         if let Ok(mut s) = self.shared.specs.write() {
             *s = Arc::new(specs);
         }
         if let Ok(mut d) = self.shared.idle_timeout.write() {
-            *d = idle_timeout;
+            *d = section.idle_timeout;
+        }
+        if let Ok(mut d) = self.shared.startup_wait.write() {
+            *d = section.startup_wait;
         }
         if let Ok(mut h) = self.shared.host.write() {
             *h = host;
@@ -124,7 +129,9 @@ impl McpHandle {
 
     /// The servers a run may use: starts those not running (once the actor
     /// has taken this in, the snapshot shows them starting), then waits
-    /// for the ones starting, up to their `startup_timeout` or `cancel`.
+    /// for the ones starting, up to `[mcp] startup_wait` (or their
+    /// `startup_timeout`, if shorter) or `cancel`: a slow server holds a
+    /// run up that long at most, and joins its later calls when it is up.
     pub async fn ready(&self, cancel: &CancellationToken) -> Arc<Snapshot> {
         self.shared.touch();
         if !self.enabled() {
@@ -141,7 +148,13 @@ impl McpHandle {
             .map(|s| s.entry.startup_timeout)
             .max()
             .unwrap_or_default();
-        let deadline = Instant::now() + longest + Duration::from_secs(1);
+        let wait = self
+            .shared
+            .startup_wait
+            .read()
+            .map(|d| *d)
+            .unwrap_or_default();
+        let deadline = Instant::now() + longest.min(wait);
         let mut rx = self.shared.snapshot.subscribe();
         loop {
             if rx.borrow_and_update().starting.is_empty() {
@@ -156,8 +169,10 @@ impl McpHandle {
         self.snapshot()
     }
 
-    /// The tools of the running servers, now.
+    /// The tools of the running servers, now. A run asks before each
+    /// model call, so a run in progress keeps its servers from idling.
     pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.touch();
         self.shared.snapshot.borrow().clone()
     }
 
@@ -335,7 +350,8 @@ impl Actor for McpManager {
             .iter()
             .map(|s| (s.name.clone(), Server::new(s.clone())))
             .collect();
-        myself.send_interval(IDLE_CHECK, || McpMsg::IdleCheck);
+        let every = (shared.idle_timeout() / 2).clamp(Duration::from_millis(100), IDLE_CHECK);
+        myself.send_interval(every, || McpMsg::IdleCheck);
         let state = McpState {
             shared,
             servers,
@@ -519,7 +535,9 @@ impl Actor for McpManager {
             McpMsg::IdleCheck => {
                 if state.shared.idle_for() >= state.shared.idle_timeout() {
                     for (name, s) in state.servers.iter_mut() {
-                        if matches!(s.phase, Phase::Running { .. } | Phase::Backoff { .. }) {
+                        if matches!(s.phase, Phase::Running { .. } | Phase::Backoff { .. })
+                            && !s.slot.busy()
+                        {
                             tracing::info!(server = %name, "stopping idle MCP server");
                             s.stop(Phase::Idle);
                         }
@@ -673,7 +691,7 @@ async fn watch(
     }
     let mut why = "the connection closed".to_string();
     if let Some(p) = process.as_mut() {
-        if let Ok(status) = tokio::time::timeout(Duration::from_secs(1), p.exited()).await {
+        if let Some(status) = p.settle().await {
             why = format!("it exited ({status})");
         }
         let more = p.explain();

@@ -33,15 +33,23 @@ pub struct ServerProcess {
     child: tokio::process::Child,
     _entry: Option<SpawnGuard>,
     pub noise: Arc<Mutex<Noise>>,
+    /// The task keeping its stderr: done once the pipe closed.
+    stderr: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServerProcess {
-    /// Waits for the leader to exit; the exit status as text.
-    pub async fn exited(&mut self) -> String {
-        match self.child.wait().await {
-            Ok(s) => s.to_string(),
-            Err(e) => format!("cannot wait for it: {e}"),
+    /// Waits (briefly) for a failing server to exit and its last stderr
+    /// lines to be read, so that [`Self::explain`] has them.
+    pub async fn settle(&mut self) -> Option<String> {
+        let status = tokio::time::timeout(std::time::Duration::from_secs(1), self.child.wait())
+            .await
+            .ok()
+            .and_then(|s| s.ok())
+            .map(|s| s.to_string());
+        if let Some(task) = self.stderr.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
         }
+        status
     }
 
     /// What the server said that explains a failure, for error messages.
@@ -145,13 +153,14 @@ pub fn spawn(
     let noise = Arc::new(Mutex::new(Noise::default()));
     let (reader, writer) = tokio::io::duplex(64 * 1024);
     tokio::spawn(filter(stdout, writer, noise.clone(), max_line));
-    tokio::spawn(keep_stderr(stderr, noise.clone()));
+    let stderr = tokio::spawn(keep_stderr(stderr, noise.clone()));
     Ok((
         ServerProcess {
             pgid,
             child,
             _entry: entry,
             noise,
+            stderr: Some(stderr),
         },
         reader,
         stdin,

@@ -17,6 +17,8 @@ pub struct Slot {
     peer: RwLock<Option<Peer<RoleClient>>>,
     /// Why the last connection ended, for calls made while it is down.
     down: RwLock<Option<String>>,
+    /// Calls waiting for an answer: an idle check leaves the server be.
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Slot {
@@ -33,6 +35,25 @@ impl Slot {
     }
     fn down(&self) -> Option<String> {
         self.down.read().ok().and_then(|d| d.clone())
+    }
+    pub fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// Counts a call in flight while it lives.
+struct InFlight<'a>(&'a Slot);
+
+impl<'a> InFlight<'a> {
+    fn new(slot: &'a Slot) -> Self {
+        slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(slot)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -103,6 +124,7 @@ impl Tool for McpTool {
                 ));
             };
             self.touch();
+            let _counted = InFlight::new(&self.slot);
             let params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
             let outcome = tokio::select! {
                 biased;

@@ -124,10 +124,7 @@ pub async fn run(
         }
     };
     let mut stop: Option<Exit> = None;
-    let mut text = String::new();
-    // Where the current model call's text starts in `text`, and whether
-    // the previous call asked for tools.
-    let (mut call_start, mut after_tools) = (0, true);
+    let mut reply = crate::session::subagent::LastReply::default();
     let (mut tokens_in, mut tokens_out, mut cost) = (0u64, 0u64, 0f64);
     loop {
         let event = tokio::select! {
@@ -141,30 +138,15 @@ pub async fn run(
                 let _ = session.call(|reply| SessionMsg::Cancel { reply }, Some(Duration::from_secs(10))).await;
                 continue;
             }
-            event = sub.rx.recv() => event,
+            event = sub.next() => event,
         };
-        let event = match event {
-            Ok((_, e)) => e,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                return failed(format!("session {id} stopped before its run ended"));
-            }
+        let Some(event) = event else {
+            return failed(format!("session {id} stopped before its run ended"));
         };
+        // The step's output is the text of the last reply.
+        reply.see(&event);
+        let text = &reply.text;
         match event {
-            // The step's output is the text of the last reply: a new call
-            // after a tool round starts afresh, a retried call voids only
-            // its own text, and a reply continued after the output limit
-            // (a call without tool calls followed by another) spans calls.
-            SessionEvent::LlmStart { .. } => {
-                if after_tools {
-                    text.clear();
-                }
-                after_tools = false;
-                call_start = text.len();
-            }
-            SessionEvent::Restart { .. } => text.truncate(call_start),
-            SessionEvent::ToolCall { .. } => after_tools = true,
-            SessionEvent::Text { delta } => text.push_str(&delta),
             SessionEvent::LlmEnd {
                 input_tokens,
                 output_tokens,
@@ -182,7 +164,7 @@ pub async fn run(
                 );
                 return Outcome {
                     exit: stop.unwrap_or(Exit::Code(0)),
-                    stdout_tail: tail(&text, tail_max),
+                    stdout_tail: tail(text, tail_max),
                     stderr_tail: usage,
                     log_truncated: false,
                 };
@@ -190,7 +172,7 @@ pub async fn run(
             SessionEvent::Cancelled { .. } => {
                 return Outcome {
                     exit: stop.unwrap_or(Exit::Cancelled(CancelReason::User)),
-                    stdout_tail: tail(&text, tail_max),
+                    stdout_tail: tail(text, tail_max),
                     stderr_tail: format!("session {id}: run cancelled"),
                     log_truncated: false,
                 };
@@ -199,7 +181,7 @@ pub async fn run(
                 return match stop {
                     Some(exit) => Outcome {
                         exit,
-                        stdout_tail: tail(&text, tail_max),
+                        stdout_tail: tail(text, tail_max),
                         stderr_tail: message,
                         log_truncated: false,
                     },

@@ -22,6 +22,21 @@ pub struct Subscription {
     pub approver: Option<ApproverGuard>,
 }
 
+impl Subscription {
+    /// The run's next event; `None` once the session's stream closed. A
+    /// listener that fell behind skips what it missed.
+    pub async fn next(&mut self) -> Option<SessionEvent> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match self.rx.recv().await {
+                Ok((_, e)) => return Some(e),
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
 /// A session, its recent messages, and a subscription to what comes next.
 pub type Snapshot = (SessionView, Vec<MessageView>, Subscription);
 
@@ -40,6 +55,12 @@ pub enum SessionMsg {
         /// Set when a job's plan sends it: the job (`j<N>`), so the run
         /// cannot create, change or delete jobs.
         job: Option<String>,
+    },
+    /// A sub-agent's task: like `Send`, with the bounds of its one run.
+    SendAgent {
+        task: String,
+        limits: Arc<run::AgentLimits>,
+        reply: RpcReplyPort<Result<Subscription, Reject>>,
     },
     /// Cancels the run, if any. Answers the session as the cancel left it:
     /// `cancelling` when a run was cancelled.
@@ -132,6 +153,8 @@ pub struct SessionState {
     claim_watch: Option<tokio::task::JoinHandle<()>>,
     /// The claim the current run holds (cancelled once lost).
     run_claim: Option<CancellationToken>,
+    /// The bounds of the next run, when it is a sub-agent's task.
+    agent_limits: Option<Arc<run::AgentLimits>>,
     /// On a shared store, while clients here follow another node's run.
     follow: Option<tokio::task::JoinHandle<()>>,
 }
@@ -180,6 +203,7 @@ impl Actor for SessionActor {
             lost: None,
             claim_watch: None,
             run_claim: None,
+            agent_limits: None,
             follow: None,
         };
         myself.send_after(state.deps.config().idle_stop, || SessionMsg::IdleCheck);
@@ -220,6 +244,22 @@ impl Actor for SessionActor {
             state.last_active_ms = state.deps.clock.now_ms();
         }
         match msg {
+            SessionMsg::SendAgent {
+                task,
+                limits,
+                reply,
+            } => {
+                if state.run.is_some() {
+                    let _ = reply.send(Err(Reject::new(
+                        ErrorCode::Conflict,
+                        "the sub-agent's session is busy",
+                    )));
+                } else {
+                    state.agent_limits = Some(limits);
+                    state.send(task, false, false, reply, None, &myself);
+                    state.agent_limits = None;
+                }
+            }
             SessionMsg::Send {
                 text,
                 can_approve,
@@ -930,6 +970,7 @@ impl SessionState {
             shutdown: self.shutdown.clone(),
             approvals: self.approvals.clone(),
             job,
+            agent: self.agent_limits.take(),
         };
         let deps = self.deps.clone();
         let rec = self.rec.clone();

@@ -60,8 +60,26 @@ pub enum ManagerMsg {
         grace: std::time::Duration,
         reply: RpcReplyPort<()>,
     },
+    /// A sub-agent's session: a child of `of.parent`, starting with
+    /// `of.prefix` (the parent's window); answers its id.
+    Child {
+        workdir: String,
+        model: String,
+        chain: (String, u32),
+        sandbox: SessionSandbox,
+        of: ChildOf,
+        reply: RpcReplyPort<Result<String, Reject>>,
+    },
     /// A deferred [`ManagerState::return_memory`].
     Trim,
+}
+
+/// What makes a session a sub-agent's.
+pub struct ChildOf {
+    pub parent: u64,
+    pub agent_depth: u32,
+    /// Its first messages: the parent's window, and the task.
+    pub prefix: Vec<crate::llm::Message>,
 }
 
 /// A session, every message, the summary the model sees, and the memory
@@ -163,7 +181,7 @@ impl Actor for SessionManager {
                 sandbox,
                 reply,
             } => {
-                let answer = state.create(name, workdir, model, chain, sandbox);
+                let answer = state.create(name, workdir, model, chain, sandbox, None);
                 match answer {
                     Ok(view) => state.deps.store.after_sync(Box::new(move |synced| {
                         let _ = reply.send(synced.map(|_| view).map_err(Reject::internal));
@@ -175,6 +193,26 @@ impl Actor for SessionManager {
             }
             ManagerMsg::Get { id, reply } => {
                 let answer = state.get(&id, &myself).await;
+                let _ = reply.send(answer);
+            }
+            ManagerMsg::Child {
+                workdir,
+                model,
+                chain,
+                sandbox,
+                of,
+                reply,
+            } => {
+                let answer = state
+                    .create(
+                        None,
+                        Some(workdir),
+                        Some(model),
+                        Some(chain),
+                        sandbox,
+                        Some(of),
+                    )
+                    .map(|v| v.id);
                 let _ = reply.send(answer);
             }
             ManagerMsg::ByName {
@@ -211,6 +249,7 @@ impl Actor for SessionManager {
                             None,
                             chain,
                             sandbox.unwrap_or_default(),
+                            None,
                         )
                         .map(|v| v.id),
                     Err(e) => Err(e),
@@ -367,6 +406,7 @@ impl ManagerState {
         model: Option<String>,
         chain: Option<(String, u32)>,
         sandbox: SessionSandbox,
+        child: Option<ChildOf>,
     ) -> Result<SessionView, Reject> {
         if self.draining {
             return Err(Reject::new(
@@ -441,10 +481,16 @@ impl ManagerState {
             sandbox,
             extract_from_idx: 0,
             extract_turns: 0,
+            parent: child.as_ref().map(|c| c.parent),
+            agent_depth: child.as_ref().map_or(0, |c| c.agent_depth),
         };
+        let prefix = child.map(|c| c.prefix).unwrap_or_default();
+        let mut rec = rec;
+        rec.next_idx = prefix.len() as u64;
+        super::context::count_appended(&mut rec, &prefix);
         self.deps
             .store
-            .save(&rec, &[], true)
+            .save(&rec, &prefix, true)
             .map_err(Reject::from)?;
         self.next_id += 1;
         Ok(rec.view(false, self.deps.budget(&rec.model)))

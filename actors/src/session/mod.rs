@@ -28,6 +28,7 @@ pub mod orchestrator;
 pub mod run;
 pub mod shared;
 pub mod store;
+pub mod subagent;
 pub mod subrun;
 
 pub use actor::{SessionActor, SessionMsg, Subscription};
@@ -69,6 +70,14 @@ pub struct SessionConfig {
     /// `[memory] extract_every`: turns without a memory write of the
     /// agent's own after which a background extraction runs; 0: never.
     pub extract_every: u32,
+    /// Sub-agents below a session people started: the `agent` tool is not
+    /// offered at this depth; 0 turns it off.
+    pub max_agent_depth: u32,
+    /// Model calls of one sub-agent's run.
+    pub agent_max_iterations: u32,
+    /// The share of its parent's remaining run budget a sub-agent may
+    /// spend (with `max_run_cost_usd` set).
+    pub agent_budget_share: f64,
 }
 
 impl Default for SessionConfig {
@@ -86,6 +95,9 @@ impl Default for SessionConfig {
             sandbox_network: true,
             memory: crate::memory::prompt::InjectConfig::default(),
             extract_every: 5,
+            max_agent_depth: 2,
+            agent_max_iterations: 20,
+            agent_budget_share: 0.5,
         }
     }
 }

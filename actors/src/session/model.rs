@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// Bump with a migration in `store.rs` when a record's shape changes.
 /// 2: the compaction state (`context`). 3: the sandbox choice (`sandbox`).
 /// 4: where the next memory extraction's turns start (`extract_from_idx`).
-pub const SESSION_FORMAT_VERSION: u32 = 4;
+/// 5: the parent of a sub-agent's session (`parent`, `agent_depth`).
+pub const SESSION_FORMAT_VERSION: u32 = 5;
 /// Extraction records ([`ExtractionRecord`]) have their own version.
 pub const EXTRACTION_FORMAT_VERSION: u32 = 1;
 /// Messages have their own version. 2: each message keeps the time it was
@@ -61,6 +62,62 @@ pub struct SessionRecord {
     pub extract_from_idx: u64,
     /// Turns (a user message and the run it starts) since then.
     pub extract_turns: u64,
+    /// A sub-agent's session: the session whose `agent` call started it.
+    pub parent: Option<u64>,
+    /// Sub-agents between it and a session people started (0 there).
+    pub agent_depth: u32,
+}
+
+/// A session record as format 4 wrote it (before sub-agents).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecordV4 {
+    pub id: u64,
+    pub name: Option<String>,
+    pub workdir: String,
+    pub model: String,
+    pub status: SessionStatus,
+    pub error: Option<String>,
+    pub next_idx: u64,
+    pub context_base_idx: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub runs: u64,
+    pub chain: String,
+    pub depth: u32,
+    pub context: ContextState,
+    pub sandbox: SessionSandbox,
+    pub extract_from_idx: u64,
+    pub extract_turns: u64,
+}
+
+impl From<SessionRecordV4> for SessionRecord {
+    fn from(v4: SessionRecordV4) -> SessionRecord {
+        SessionRecord {
+            id: v4.id,
+            name: v4.name,
+            workdir: v4.workdir,
+            model: v4.model,
+            status: v4.status,
+            error: v4.error,
+            next_idx: v4.next_idx,
+            context_base_idx: v4.context_base_idx,
+            usage: v4.usage,
+            cost_usd: v4.cost_usd,
+            created_ms: v4.created_ms,
+            updated_ms: v4.updated_ms,
+            runs: v4.runs,
+            chain: v4.chain,
+            depth: v4.depth,
+            context: v4.context,
+            sandbox: v4.sandbox,
+            extract_from_idx: v4.extract_from_idx,
+            extract_turns: v4.extract_turns,
+            parent: None,
+            agent_depth: 0,
+        }
+    }
 }
 
 /// One background memory extraction over a session's turns, as stored
@@ -150,6 +207,8 @@ impl From<SessionRecordV3> for SessionRecord {
             sandbox: v3.sandbox,
             extract_from_idx: v3.next_idx,
             extract_turns: 0,
+            parent: None,
+            agent_depth: 0,
         }
     }
 }
@@ -208,6 +267,8 @@ impl From<SessionRecordV2> for SessionRecord {
             sandbox: SessionSandbox::default(),
             extract_from_idx: v2.next_idx,
             extract_turns: 0,
+            parent: None,
+            agent_depth: 0,
         }
     }
 }
@@ -255,6 +316,8 @@ impl From<SessionRecordV1> for SessionRecord {
             sandbox: SessionSandbox::default(),
             extract_from_idx: v1.next_idx,
             extract_turns: 0,
+            parent: None,
+            agent_depth: 0,
         }
     }
 }
@@ -288,6 +351,7 @@ impl SessionRecord {
 
     pub fn view(&self, running: bool, budget: Option<Budget>) -> SessionView {
         SessionView {
+            parent: self.parent.map(format_id),
             id: format_id(self.id),
             name: self.name.clone(),
             workdir: self.workdir.clone(),
@@ -377,6 +441,8 @@ mod tests {
             sandbox: Default::default(),
             extract_from_idx: 0,
             extract_turns: 0,
+            parent: None,
+            agent_depth: 0,
         }
     }
 

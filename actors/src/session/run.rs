@@ -9,6 +9,7 @@ use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
 use super::normalize::normalize;
 use super::orchestrator::{OrchestratorEvent, run_calls};
+use super::subagent::{AGENT_TOOL, AgentTool, Parent};
 use crate::hooks::{HookEnv, HookEvent, Hooks};
 use crate::llm::{
     Assembled, Block, ChatRequest, LlmError, Message, Role, StopReason, StreamEvent, ToolSpec,
@@ -98,6 +99,18 @@ pub struct Control {
     /// The job whose plan started the run (`j<N>`): its tools see it as
     /// `FLYTO_JOB`, and the schedule tools are not offered.
     pub job: Option<String>,
+    /// Set for a sub-agent's run: its bounds.
+    pub agent: Option<Arc<AgentLimits>>,
+}
+
+/// The bounds of a sub-agent's run (see `subagent.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct AgentLimits {
+    /// The tools it may use (by name); `None`: the parent's.
+    pub tools: Option<Vec<String>>,
+    pub max_iterations: u32,
+    /// Its share of the parent's remaining budget, in USD; `None`: no cap.
+    pub max_cost_usd: Option<f64>,
 }
 
 /// What a cancelled reply leaves in the transcript: the user sees it in the
@@ -447,7 +460,7 @@ fn append(
 }
 
 async fn drive(
-    deps: &SessionDeps,
+    deps: &Arc<SessionDeps>,
     rec: &mut SessionRecord,
     ctl: &Control,
     emit: &Emitter,
@@ -538,9 +551,55 @@ async fn drive(
         }
         _ => None,
     };
-    let registry_now = || match mcp {
-        Some(m) => deps.tools.with(&m.snapshot().tools),
-        None => deps.tools.clone(),
+    // A sub-agent's run has its own bounds; any run may start sub-agents
+    // while the depth cap allows (a sub-agent only when its tools say so).
+    let limits = ctl.agent.clone();
+    let max_iterations = limits
+        .as_ref()
+        .map_or(config.max_iterations, |l| l.max_iterations);
+    let max_cost = limits
+        .as_ref()
+        .and_then(|l| l.max_cost_usd)
+        .unwrap_or(config.max_run_cost_usd);
+    let allowed = limits.as_ref().and_then(|l| l.tools.clone());
+    let agent_tool = (rec.agent_depth < config.max_agent_depth
+        && limits.is_none()
+            | allowed
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|n| n == AGENT_TOOL)))
+    .then(|| {
+        let mut known: Vec<String> = deps.tools.iter().map(|t| t.name().to_string()).collect();
+        if let Some(m) = mcp {
+            known.extend(m.snapshot().tools.iter().map(|t| t.name().to_string()));
+        }
+        known.push(AGENT_TOOL.into());
+        Arc::new(AgentTool::new(
+            deps.clone(),
+            Parent {
+                id: rec.id,
+                workdir: rec.workdir.clone(),
+                model: rec.model.clone(),
+                chain: rec.chain.clone(),
+                depth: rec.depth,
+                sandbox: rec.sandbox.clone(),
+                agent_depth: rec.agent_depth,
+            },
+            known,
+        ))
+    });
+    let registry_now = || {
+        let mut extra: Vec<Arc<dyn crate::tools::Tool>> = match mcp {
+            Some(m) => m.snapshot().tools.clone(),
+            None => Vec::new(),
+        };
+        if let Some(a) = &agent_tool {
+            extra.push(a.clone());
+        }
+        let all = deps.tools.with(&extra);
+        match &allowed {
+            Some(names) => all.only(names),
+            None => all,
+        }
     };
     let mut registry = registry_now();
     let static_system = system_prompt(&workdir.display().to_string(), deps.clock.now_ms());
@@ -640,7 +699,7 @@ async fn drive(
         }
     }
     // The config refuses 0, so every run may call the model at least once.
-    for _ in 0..config.max_iterations {
+    for _ in 0..max_iterations {
         // Skills reload while a run goes on: each call sees the set as it is now.
         // MCP servers' tools come and go (restarts, list changes).
         registry = registry_now();
@@ -704,7 +763,7 @@ async fn drive(
         // a retry after a compaction) goes past the limit unchecked; after
         // the compaction check, so its summary cost counts.
         let spent = run_cost + flags.summary_cost_usd;
-        if config.max_run_cost_usd > 0.0 && spent >= config.max_run_cost_usd {
+        if max_cost > 0.0 && spent >= max_cost {
             let summaries = if flags.summary_cost_usd > 0.0 {
                 format!(
                     " (${:.4} of it compaction summaries)",
@@ -716,8 +775,12 @@ async fn drive(
             return Ok(Stop::Done {
                 stop: "budget",
                 message: format!(
-                    "stopped: this run cost ${spent:.4}{summaries}, reaching sessions.max_run_cost_usd = ${:.4}; send a message to continue or raise the limit",
-                    config.max_run_cost_usd
+                    "stopped: this run cost ${spent:.4}{summaries}, reaching {} = ${max_cost:.4}; send a message to continue or raise the limit",
+                    if limits.is_some() {
+                        "its share of the parent's budget (sessions.agent_budget_share)"
+                    } else {
+                        "sessions.max_run_cost_usd"
+                    }
                 ),
             });
         }
@@ -825,6 +888,10 @@ async fn drive(
                 arguments: call.arguments_json.clone(),
             });
         }
+        if let Some(a) = &agent_tool {
+            let left = (max_cost > 0.0).then_some(max_cost - (run_cost + flags.summary_cost_usd));
+            a.before_calls(&window, left);
+        }
         let results = run_calls(&registry, &ctx, &response.tool_calls, |ev| {
             if let OrchestratorEvent::Finished {
                 call_id,
@@ -903,8 +970,12 @@ async fn drive(
     Ok(Stop::Done {
         stop: "max_iterations",
         message: format!(
-            "stopped after {} model calls (sessions.max_iterations); send a message to let it continue",
-            config.max_iterations
+            "stopped after {max_iterations} model calls ({}); send a message to let it continue",
+            if limits.is_some() {
+                "sessions.agent_max_iterations"
+            } else {
+                "sessions.max_iterations"
+            }
         ),
     })
 }

@@ -8,7 +8,8 @@
 
 use super::model::{
     EXTRACTION_FORMAT_VERSION, ExtractionRecord, MESSAGE_FORMAT_VERSION, SESSION_FORMAT_VERSION,
-    SessionRecord, SessionRecordV1, SessionRecordV2, SessionRecordV3, StoredMessage,
+    SessionRecord, SessionRecordV1, SessionRecordV2, SessionRecordV3, SessionRecordV4,
+    StoredMessage,
 };
 use crate::llm::Message;
 use crate::store::{
@@ -207,6 +208,7 @@ fn migrate_record(found: u32, body: &[u8]) -> Result<SessionRecord, String> {
         1 => decode_body::<SessionRecordV1>(body).map(SessionRecord::from),
         2 => decode_body::<SessionRecordV2>(body).map(SessionRecord::from),
         3 => decode_body::<SessionRecordV3>(body).map(SessionRecord::from),
+        4 => decode_body::<SessionRecordV4>(body).map(SessionRecord::from),
         other => no_migration(other, body),
     }
 }
@@ -381,6 +383,8 @@ mod tests {
             sandbox: Default::default(),
             extract_from_idx: 0,
             extract_turns: 0,
+            parent: None,
+            agent_depth: 0,
         }
     }
 

@@ -151,6 +151,17 @@ impl Registry {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.iter()
     }
+    /// Only the tools named in `names`.
+    pub fn only(&self, names: &[String]) -> Registry {
+        Registry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| names.iter().any(|n| n == t.name()))
+                .cloned()
+                .collect(),
+        }
+    }
     /// These tools and `more` (MCP servers' tools, say).
     pub fn with(&self, more: &[Arc<dyn Tool>]) -> Registry {
         let mut tools = self.tools.clone();

@@ -56,6 +56,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!("load average at the start: {}", loadavg());
     // First, while this process is as small as a fresh flytod.
     crate::sandbox::run(&rt)?;
+    crate::mcp::run(&rt)?;
     let server = StreamServer::spawn(args.deltas, args.interval)?;
     streaming(&rt, &server, args)?;
     idle_sessions(&rt, &server, args.sessions)?;

@@ -58,12 +58,17 @@ fn main() {
 
 fn log(opts: &Opts, line: &str) {
     if let Some(path) = &opts.log {
-        let mut f = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path)
-            .unwrap();
-        writeln!(f, "{line}").unwrap();
+            .open(path);
+        match opened {
+            Ok(mut f) => writeln!(f, "{line}").unwrap(),
+            Err(e) => {
+                eprintln!("fake-mcp: cannot write the log {path}: {e}");
+                std::process::exit(1);
+            }
+        }
     }
 }
 

@@ -41,6 +41,8 @@ mod compaction;
 mod jobs;
 #[path = "../bench/knowledge.rs"]
 mod knowledge;
+#[path = "../bench/mcp.rs"]
+mod mcp;
 #[path = "../bench/sandbox.rs"]
 mod sandbox;
 #[path = "../bench/sessions.rs"]

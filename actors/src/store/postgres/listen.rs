@@ -70,18 +70,22 @@ fn quoted(channel: &str) -> String {
     format!("\"{}\"", channel.replace('"', "\"\""))
 }
 
+/// Keyed waiters first: whoever sees a channel's waiter woken knows every
+/// keyed one was woken too.
 fn wake_all(channels: &HashMap<String, Arc<watch::Sender<u64>>>, keyed: &Keyed) {
+    {
+        let mut k = keyed.lock().unwrap_or_else(|e| e.into_inner());
+        k.retain(|_, tx| match tx.upgrade() {
+            Some(tx) => {
+                tx.send_modify(|n| *n += 1);
+                true
+            }
+            None => false,
+        });
+    }
     for tx in channels.values() {
         tx.send_modify(|n| *n += 1);
     }
-    let mut k = keyed.lock().unwrap_or_else(|e| e.into_inner());
-    k.retain(|_, tx| match tx.upgrade() {
-        Some(tx) => {
-            tx.send_modify(|n| *n += 1);
-            true
-        }
-        None => false,
-    });
 }
 
 fn wake_key(keyed: &Keyed, channel: &str, payload: &str) {
