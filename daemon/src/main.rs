@@ -359,6 +359,7 @@ fn shared_scheduler_spec(
     clock: &Arc<dyn Clock>,
     state_dir: &Path,
     sockets: Arc<dyn PlanSockets>,
+    hooks: flyto_actors::plans::PlanHooks,
 ) -> ChildSpec {
     use flyto_actors::plans::cluster::{ProcessLaunch, RunnerConfig};
     use flyto_actors::plans::shared_scheduler::{SharedSchedulerActor, SharedSchedulerArgs};
@@ -403,6 +404,7 @@ fn shared_scheduler_spec(
                 config,
                 clock: clock.clone(),
                 launch,
+                hooks: Some(hooks.clone()),
             };
             Box::pin(async move {
                 let (r, _) = Actor::spawn_linked(
@@ -694,6 +696,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         *store = Arc::new(store_info);
     }
 
+    // Where `job_fired` and `plan_finished` hooks run for a plan.
+    let plan_hooks = {
+        let plan_config = plan_config.clone();
+        flyto_actors::plans::PlanHooks {
+            hooks: hooks.clone(),
+            env: Arc::new(move |spec: &flyto_protocol::PlanSpec| plan_hook_env(&plan_config, spec)),
+        }
+    };
     let scheduler_spec = if let (Some(shared_reader), Some(j)) = (&shared_reader, &joined) {
         shared_scheduler_spec(
             shared_reader,
@@ -702,12 +712,14 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             &clock,
             &state_dir,
             plan_sockets.clone(),
+            plan_hooks.clone(),
         )
     } else {
         let reader = reader.clone();
         let sockets: Arc<dyn PlanSockets> = plan_sockets.clone();
         let plan_config = plan_config.clone();
         let clock = clock.clone();
+        let plan_hooks = plan_hooks.clone();
         ChildSpec {
             name: "scheduler".into(),
             start: Arc::new(move |sup| {
@@ -719,6 +731,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         .unwrap_or_else(|_| PlanConfig::default()),
                     clock: clock.clone(),
                     sockets: sockets.clone(),
+                    hooks: Some(plan_hooks.clone()),
                 };
                 Box::pin(async move {
                     let (r, _) =
@@ -918,15 +931,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         };
         let retry_backoff = config.retry_backoff()?;
         let clock = clock.clone();
-        let job_hooks = {
-            let plan_config = plan_config.clone();
-            flyto_actors::plans::jobs_actor::JobHooks {
-                hooks: hooks.clone(),
-                env: Arc::new(move |spec: &flyto_protocol::PlanSpec| {
-                    job_hook_env(&plan_config, spec)
-                }),
-            }
-        };
+        let job_hooks = plan_hooks.clone();
         ChildSpec {
             name: "jobs".into(),
             start: Arc::new(move |sup| {
@@ -1204,10 +1209,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where a `job_fired` hook runs: the workdir of the job's plan (its first
-/// step's, or the plans' default), the daemon's filtered environment, and
-/// the sandbox `[sandbox]` gives a plan's steps.
-fn job_hook_env(
+/// Where a `job_fired` or `plan_finished` hook runs: the workdir of the
+/// plan (its first step's, or the plans' default), the daemon's filtered
+/// environment, and the sandbox `[sandbox]` gives a plan's steps.
+fn plan_hook_env(
     plan_config: &RwLock<PlanConfig>,
     spec: &flyto_protocol::PlanSpec,
 ) -> flyto_actors::hooks::HookEnv {

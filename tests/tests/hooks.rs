@@ -307,3 +307,47 @@ fn a_job_fired_hook_hears_of_each_fire_with_its_plan() {
     assert_eq!(fired["manual"], true);
     assert!(fired["job"].as_str().unwrap().starts_with('j'), "{fired}");
 }
+
+on_both_backends!(a_plan_finished_hook_hears_of_each_plan_once_with_its_steps);
+
+fn a_plan_finished_hook_hears_of_each_plan_once_with_its_steps(backend: flyto_tests::Backend) {
+    let env = TestEnv::on(
+        backend,
+        "[[hooks]]\nname = \"done\"\nevent = \"plan_finished\"\ncommand = \"cat >> finished.jsonl; echo >> finished.jsonl\"\n",
+    );
+    let _daemon = env.start();
+    let dir = env.work.clone();
+    let spec = |command: &str| {
+        let mut plan = TestEnv::run_plan(command);
+        plan.steps[0].workdir = Some(dir.display().to_string());
+        plan
+    };
+    let ok = env.submit(spec("true"));
+    let bad = env.submit(spec("exit 3"));
+    // One line per plan, as it ended, in the plan's workdir.
+    let path = dir.join("finished.jsonl");
+    let ended = wait_until("both plans' hooks ran", DEADLINE, || {
+        let lines: Vec<Value> = std::fs::read_to_string(&path)
+            .ok()?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (lines.len() >= 2).then_some(lines)
+    });
+    let of = |id: &str| {
+        let mine: Vec<&Value> = ended.iter().filter(|v| v["plan"] == id).collect();
+        assert_eq!(mine.len(), 1, "{ended:#?}");
+        mine[0].clone()
+    };
+    let first = of(&ok);
+    assert_eq!(first["event"], "plan_finished");
+    assert_eq!(first["state"], "succeeded");
+    let second = of(&bad);
+    assert_eq!(second["state"], "failed");
+    assert_eq!(second["steps"][0]["id"], "main");
+    assert_eq!(second["steps"][0]["exit_code"], 3);
+    let listed = env.ctl(&["hook_list"]);
+    assert!(listed.stdout.contains("done (plan_finished"), "{listed:?}");
+    assert!(listed.stdout.contains(" ok ("), "{listed:?}");
+}

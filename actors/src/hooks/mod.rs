@@ -45,6 +45,8 @@ pub enum HookEvent {
     Notification,
     /// A job fired: its plan was submitted (background).
     JobFired,
+    /// A plan ended: succeeded, failed or cancelled (background).
+    PlanFinished,
     /// A run starts with the user's message: may block it or add context.
     UserPrompt,
     /// Before a tool call runs: may block it (the model is told why).
@@ -56,12 +58,13 @@ pub enum HookEvent {
 }
 
 impl HookEvent {
-    pub const ALL: [HookEvent; 9] = [
+    pub const ALL: [HookEvent; 10] = [
         HookEvent::SessionStart,
         HookEvent::SessionEnd,
         HookEvent::PreCompact,
         HookEvent::Notification,
         HookEvent::JobFired,
+        HookEvent::PlanFinished,
         HookEvent::UserPrompt,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
@@ -75,6 +78,7 @@ impl HookEvent {
             HookEvent::PreCompact => "pre_compact",
             HookEvent::Notification => "notification",
             HookEvent::JobFired => "job_fired",
+            HookEvent::PlanFinished => "plan_finished",
             HookEvent::UserPrompt => "user_prompt",
             HookEvent::PreToolUse => "pre_tool_use",
             HookEvent::PostToolUse => "post_tool_use",

@@ -127,18 +127,10 @@ pub struct JobsArgs {
     /// Waits before the retries of a run that failed transiently.
     pub retry_backoff: Vec<Duration>,
     /// `job_fired` hooks, and where they run for a job's plan.
-    pub hooks: Option<JobHooks>,
+    pub hooks: Option<super::PlanHooks>,
 }
 
-/// The hooks a job's fire runs, and the place (workdir, environment,
-/// sandbox) they run in for the job's plan.
-#[derive(Clone)]
-pub struct JobHooks {
-    pub hooks: Arc<crate::hooks::Hooks>,
-    pub env: Arc<dyn Fn(&flyto_protocol::PlanSpec) -> crate::hooks::HookEnv + Send + Sync>,
-}
-
-impl JobHooks {
+impl super::PlanHooks {
     fn fired(&self, fire: &FireRecord, spec: &flyto_protocol::PlanSpec, plan: &str, now_ms: u64) {
         use crate::hooks::HookEvent;
         if !self.hooks.any(HookEvent::JobFired, None) {
@@ -206,7 +198,7 @@ pub struct JobsState {
     /// (when, job, instant): fires the store could not record, tried again.
     again: BTreeSet<(u64, u64, u64)>,
     retry_backoff: Vec<Duration>,
-    hooks: Option<JobHooks>,
+    hooks: Option<super::PlanHooks>,
     generation: u64,
     /// When the pending tick comes (monotonic).
     armed: Option<std::time::Instant>,

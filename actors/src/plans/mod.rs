@@ -195,3 +195,57 @@ impl Reject {
         )
     }
 }
+
+/// The `job_fired` and `plan_finished` hooks, and the place (workdir,
+/// environment, sandbox) they run in for a plan.
+#[derive(Clone)]
+pub struct PlanHooks {
+    pub hooks: std::sync::Arc<crate::hooks::Hooks>,
+    pub env:
+        std::sync::Arc<dyn Fn(&flyto_protocol::PlanSpec) -> crate::hooks::HookEnv + Send + Sync>,
+}
+
+impl PlanHooks {
+    /// Runs the `plan_finished` hooks of a plan that ended, as a task on
+    /// `rt` (callers may be on the store's commit thread): its id, name,
+    /// state, reason and steps.
+    pub fn finished(&self, rec: &model::PlanRecord, now_ms: u64, rt: &tokio::runtime::Handle) {
+        use crate::hooks::HookEvent;
+        if !self.hooks.any(HookEvent::PlanFinished, None) {
+            return;
+        }
+        let steps: Vec<serde_json::Value> = rec
+            .steps
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id,
+                    "state": s.state.as_str(),
+                    "exit_code": s.exit_code,
+                })
+            })
+            .collect();
+        let input = serde_json::json!({
+            "plan": model::format_id(rec.id),
+            "name": rec.name,
+            "state": rec.state.as_str(),
+            "reason": rec.reason,
+            "steps": steps,
+        });
+        let (hooks, env) = (self.hooks.clone(), (self.env)(&rec.spec()));
+        rt.spawn(async move {
+            hooks
+                .run(
+                    HookEvent::PlanFinished,
+                    None,
+                    input,
+                    &env,
+                    move || now_ms,
+                    std::sync::Arc::new(|r: crate::hooks::Ran| {
+                        tracing::info!(hook = %r.name, outcome = %r.outcome, "plan_finished hook ran")
+                    }),
+                )
+                .await;
+        });
+    }
+}

@@ -90,6 +90,8 @@ pub struct SchedulerArgs {
     pub config: PlanConfig,
     pub clock: Arc<dyn Clock>,
     pub sockets: Arc<dyn PlanSockets>,
+    /// `plan_finished` hooks, run once a plan's end is durable.
+    pub hooks: Option<super::PlanHooks>,
 }
 
 pub struct SchedulerActor;
@@ -98,6 +100,7 @@ pub struct SchedulerState {
     reader: PlanReader,
     config: PlanConfig,
     clock: Arc<dyn Clock>,
+    hooks: Option<super::PlanHooks>,
     next_id: u64,
     /// Boxed: plans are added at the end of the map, and moving big
     /// values around its nodes cost more than the box.
@@ -148,6 +151,7 @@ impl Actor for SchedulerActor {
             reader: args.reader,
             config: args.config,
             clock: args.clock,
+            hooks: args.hooks,
             active: BTreeMap::new(),
             unpublished: Vec::new(),
             started: BTreeSet::new(),
@@ -336,10 +340,17 @@ impl SchedulerState {
         let tx = ap.tx.clone();
         let terminal = ap.rec.state.is_terminal();
         let live = self.reader.live.clone();
+        let ended = self.hooks.clone().filter(|_| terminal).map(|h| {
+            let rt = tokio::runtime::Handle::current();
+            (h, ap.rec.clone(), self.clock.now_ms(), rt)
+        });
         self.reader.store.after_sync(Box::new(move |_| {
             tx.send_replace(view);
             if terminal && let Ok(mut m) = live.write() {
                 m.remove(&id);
+            }
+            if let Some((hooks, rec, now, rt)) = ended {
+                hooks.finished(&rec, now, &rt);
             }
         }));
         if terminal {

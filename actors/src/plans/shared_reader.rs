@@ -66,7 +66,7 @@ impl SharedReader {
             .ok_or_else(|| Reject::not_found(key))
     }
 
-    async fn record_of(&self, n: u64) -> Result<Option<PlanRecord>, Reject> {
+    pub async fn record_of(&self, n: u64) -> Result<Option<PlanRecord>, Reject> {
         let row = plans::get_plan(&self.shared, n as i64)
             .await
             .map_err(unavailable)?;

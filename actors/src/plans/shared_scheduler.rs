@@ -28,6 +28,9 @@ pub struct SharedSchedulerArgs {
     pub clock: Arc<dyn Clock>,
     pub runner: RunnerConfig,
     pub launch: Arc<dyn Launch>,
+    /// `plan_finished` hooks: this node runs those of the plans it marks
+    /// first (see [`plan_finished_hooks`]).
+    pub hooks: Option<super::PlanHooks>,
 }
 
 pub struct SharedSchedulerActor;
@@ -36,6 +39,7 @@ pub struct SharedState {
     ctx: Arc<Ctx>,
     runner: Arc<Runner>,
     draining: bool,
+    hooks_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What the request tasks share.
@@ -71,16 +75,33 @@ impl Actor for SharedSchedulerActor {
             args.launch,
             args.reader.listener.clone(),
         );
+        let ctx = Arc::new(Ctx {
+            reader: args.reader,
+            config: Mutex::new(args.config),
+            clock: args.clock,
+            workdirs: Mutex::default(),
+        });
+        let since = ctx.clock.now_ms() as i64;
+        let hooks_task = args
+            .hooks
+            .map(|h| tokio::spawn(plan_finished_hooks(ctx.clone(), h, since)));
         Ok(SharedState {
-            ctx: Arc::new(Ctx {
-                reader: args.reader,
-                config: Mutex::new(args.config),
-                clock: args.clock,
-                workdirs: Mutex::default(),
-            }),
+            ctx,
             runner: Arc::new(runner),
             draining: false,
+            hooks_task,
         })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut SharedState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.hooks_task.take() {
+            t.abort();
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -283,4 +304,38 @@ async fn remove(ctx: &Ctx, key: &str) -> Result<String, Reject> {
     let _ = std::fs::remove_dir_all(plan_log_dir(&ctx.reader.log_dir, rec.id));
     let _ = std::fs::remove_dir_all(tmpdir_for(&format_id(rec.id)));
     Ok(format_id(rec.id))
+}
+
+/// Runs the `plan_finished` hooks of plans that end on any node from now
+/// on: at each change of a plan (and the listener's fallback polls) this
+/// node marks the ended plans no node has marked, and runs their hooks.
+/// A node without such hooks marks nothing, so one that has them does.
+async fn plan_finished_hooks(ctx: Arc<Ctx>, hooks: super::PlanHooks, since_ms: i64) {
+    use crate::hooks::HookEvent;
+    let mut wake = ctx.reader.listener.subscribe(PLANS_CHANNEL);
+    let rt = tokio::runtime::Handle::current();
+    loop {
+        wake.woken().await;
+        if !hooks.hooks.any(HookEvent::PlanFinished, None) {
+            continue;
+        }
+        let ids = match plans::take_finished(&ctx.reader.shared, since_ms).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!("cannot look for finished plans to run their hooks: {e}");
+                continue;
+            }
+        };
+        for id in ids {
+            match ctx.reader.record_of(id as u64).await {
+                Ok(Some(rec)) => hooks.finished(&rec, ctx.clock.now_ms(), &rt),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    plan = %format_id(id as u64),
+                    "cannot read a finished plan for its hooks: {}",
+                    e.message
+                ),
+            }
+        }
+    }
 }

@@ -16,10 +16,11 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("migrations/0007_sessions.sql")),
     (8, include_str!("migrations/0008_channels.sql")),
     (9, include_str!("migrations/0009_memory.sql")),
+    (10, include_str!("migrations/0010_plan_finished.sql")),
 ];
 
 /// The schema version this binary knows.
-pub const LATEST: i32 = 9;
+pub const LATEST: i32 = 10;
 
 /// Any constant shared by every flytod: the lock only has to be the same.
 const MIGRATION_LOCK: i64 = 0x666c_7974_6f5f_6d67;

@@ -506,6 +506,25 @@ pub async fn expire(shared: &Shared, ttl: std::time::Duration) -> Result<Vec<i64
     Ok(gone)
 }
 
+/// Plans that ended at or after `since_ms` (ms since the epoch) and whose
+/// `plan_finished` hooks no node has run, marked as run here: one node
+/// takes each, whichever ended it.
+pub async fn take_finished(shared: &Shared, since_ms: i64) -> Result<Vec<i64>, PgError> {
+    let c = shared.client().await?;
+    Ok(c.query(
+        "UPDATE flyto_plans SET hooked = true
+             WHERE NOT hooked AND finished_at IS NOT NULL
+               AND finished_at >= to_timestamp($1::bigint / 1000.0)
+             RETURNING id",
+        &[&since_ms],
+    )
+    .await
+    .map_err(shared.query_err("taking finished plans for their hooks"))?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
 /// Which of `ids` are plans in the database.
 pub async fn existing(shared: &Shared, ids: &[i64]) -> Result<Vec<i64>, PgError> {
     let c = shared.client().await?;
