@@ -218,7 +218,8 @@ fn saving(event: &str) -> String {
 fn background_hooks_hear_of_approvals_compactions_and_the_sessions_end() {
     let (_fake, env, _daemon) = setup_with(
         &format!(
-            "[permissions]\nask = [\"touch\"]\n[sessions]\napproval_timeout = \"1s\"\n{}{}{}",
+            "[permissions]\nask = [\"touch\"]\n[sessions]\napproval_timeout = \"1s\"\n{}{}{}{}",
+            saving("session_start"),
             saving("notification"),
             saving("pre_compact"),
             saving("session_end")
@@ -252,6 +253,13 @@ fn background_hooks_hear_of_approvals_compactions_and_the_sessions_end() {
             serde_json::from_str::<Value>(&text).ok()
         })
     };
+    let started = read("session_start");
+    assert_eq!(started["event"], "session_start");
+    assert_eq!(started["session_id"], id.as_str());
+    assert_eq!(
+        started["workdir"],
+        dir.canonicalize().unwrap().display().to_string()
+    );
     let asked = read("notification");
     assert_eq!(asked["command"], "touch asked.txt");
     assert_eq!(asked["session_id"], id.as_str());
