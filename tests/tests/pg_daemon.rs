@@ -729,3 +729,54 @@ fn migrate_from_sled_copies_a_nodes_plans_jobs_and_sessions_once_and_the_unfinis
     let texts: Vec<String> = messages.iter().map(message_text).collect();
     assert_eq!(texts, ["remember this", "noted on sled"]);
 }
+
+#[test]
+fn a_plan_finished_hook_runs_once_per_plan_whichever_node_ends_it() {
+    let pg = TestPostgres::start();
+    pg.create_database("hooked");
+    // Each run of the hook writes a file of its own in the plans' folder.
+    let hook = "[[hooks]]\nevent = \"plan_finished\"\ncommand = \"cat > \\\"$(mktemp -p . ended.XXXXXX)\\\"\"\n";
+    let config = format!("{}{hook}", node_config(&pg, "hooked"));
+    let (a, b) = (TestEnv::new(&config), TestEnv::new(&config));
+    let (_da, _db) = (a.start(), b.start());
+    let shared = a.tmp.path().join("plans");
+    std::fs::create_dir_all(&shared).unwrap();
+    let ended = || -> Vec<serde_json::Value> {
+        std::fs::read_dir(&shared)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("ended."))
+            .filter_map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect()
+    };
+    let submit = |env: &TestEnv| {
+        let mut plan = one_step("true", false);
+        plan.steps[0].workdir = Some(shared.display().to_string());
+        env.submit(plan)
+    };
+    let ids: Vec<String> = (0..8)
+        .map(|i| submit(if i % 2 == 0 { &a } else { &b }))
+        .collect();
+    wait_until("every plan's hook ran", DEADLINE, || {
+        (ended().len() >= ids.len()).then_some(())
+    });
+    // One more plan's hook: both nodes have looked at the earlier ends
+    // again by the time it has run, so a second run would show now.
+    let last = submit(&a);
+    wait_until("the last plan's hook ran", DEADLINE, || {
+        ended()
+            .iter()
+            .any(|v| v["plan"] == last.as_str())
+            .then_some(())
+    });
+    let all = ended();
+    for id in ids.iter().chain(std::iter::once(&last)) {
+        let runs = all.iter().filter(|v| v["plan"] == id.as_str()).count();
+        assert_eq!(runs, 1, "plan {id}: {all:#?}");
+        assert!(
+            all.iter()
+                .any(|v| v["plan"] == id.as_str() && v["state"] == "succeeded")
+        );
+    }
+}
