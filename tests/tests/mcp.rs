@@ -509,7 +509,7 @@ fn a_stdio_server_runs_in_the_sandbox_unless_it_is_off() {
             "sandbox = \"off\""
         ),
     );
-    let (_fake, env, _daemon) = setup_with(&config, vec![Reply::text("hi")]);
+    let (_fake, env, daemon) = setup_with(&config, vec![Reply::text("hi")]);
     let dir = workdir(&env, "proj");
     let id = new_session(&env, &dir);
     let events = send(&env, &id, "hi");
@@ -522,7 +522,11 @@ fn a_stdio_server_runs_in_the_sandbox_unless_it_is_off() {
         "{events:#?}"
     );
     let error = server_view(&env, "boxed")["last_error"].to_string();
-    assert!(error.contains("Permission denied"), "{error}");
+    assert!(
+        error.contains("Permission denied"),
+        "{error}\n{}",
+        daemon.log()
+    );
     assert!(!boxed_log.exists());
     assert_eq!(server_view(&env, "free")["state"], "running");
     assert!(log_of(&free_log).contains("initialize"));

@@ -45,9 +45,9 @@ fn a_sub_agent_starts_from_the_parents_window_and_is_its_own_linked_session() {
         request_messages(&requests[0]),
         request_messages(&requests[1]),
     );
-    // The same messages after the system prompt, then the parent's reply
-    // with the call (its result stays the parent's), then the task.
-    assert_eq!(child[1..parent.len()], parent[1..], "{child:#?}");
+    // The same system prompt and messages, then the parent's reply with
+    // the call (its result stays the parent's), then the task.
+    assert_eq!(child[..parent.len()], parent[..], "{child:#?}");
     assert_eq!(child[parent.len()]["role"], "assistant", "{child:#?}");
     assert!(
         child.last().unwrap()["content"]

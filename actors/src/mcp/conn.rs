@@ -96,7 +96,7 @@ pub async fn connect(
         msg
     };
     let started = tokio::time::Instant::now();
-    let (service, process) = match &spec.transport {
+    let (service, mut process) = match &spec.transport {
         Transport::Stdio { command, args } => {
             let cwd = match &entry.cwd {
                 Some(c) => crate::tools::sandbox::expand(
@@ -128,6 +128,10 @@ pub async fn connect(
                 Ok(Ok(service)) => (service, Some(process)),
                 Ok(Err(e)) => {
                     let mut msg = init_error(&e);
+                    let mut process = process;
+                    if let Some(status) = process.settle().await {
+                        msg.push_str(&format!(" ({status})"));
+                    }
                     let why = process.explain();
                     if !why.is_empty() {
                         msg.push_str(&format!("; {why}"));
@@ -191,12 +195,12 @@ pub async fn connect(
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
             let mut msg = format!("its tools/list answer is not usable: {}", call_error(&e));
-            if let Some(why) = process
-                .as_ref()
-                .map(|p| p.explain())
-                .filter(|w| !w.is_empty())
-            {
-                msg.push_str(&format!("; {why}"));
+            if let Some(p) = process.as_mut() {
+                p.settle().await;
+                let why = p.explain();
+                if !why.is_empty() {
+                    msg.push_str(&format!("; {why}"));
+                }
             }
             return Err(msg);
         }

@@ -41,13 +41,19 @@ impl ServerProcess {
     /// Waits (briefly) for a failing server to exit and its last stderr
     /// lines to be read, so that [`Self::explain`] has them.
     pub async fn settle(&mut self) -> Option<String> {
-        let status = tokio::time::timeout(std::time::Duration::from_secs(1), self.child.wait())
-            .await
-            .ok()
-            .and_then(|s| s.ok())
-            .map(|s| s.to_string());
+        // Generous: on a loaded machine the exit and the last read of
+        // stderr can take a while, and the message is worth the wait.
+        let limit = std::time::Duration::from_secs(3);
+        let status = match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(s)) => Some(s.to_string()),
+            Ok(Err(e)) => {
+                tracing::debug!("cannot wait for an MCP server's exit: {e}");
+                None
+            }
+            Err(_) => None,
+        };
         if let Some(task) = self.stderr.take() {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
+            let _ = tokio::time::timeout(limit, task).await;
         }
         status
     }

@@ -111,6 +111,9 @@ pub struct AgentLimits {
     pub max_iterations: u32,
     /// Its share of the parent's remaining budget, in USD; `None`: no cap.
     pub max_cost_usd: Option<f64>,
+    /// What memory is chosen for: the parent's, when it starts from the
+    /// parent's window.
+    pub memory_query: Option<String>,
 }
 
 /// What a cancelled reply leaves in the transcript: the user sees it in the
@@ -258,7 +261,7 @@ async fn memory_prompt(
 
 /// What the user last wrote: the text of the newest user message that is
 /// not only tool results. It is what memory is chosen for.
-fn latest_user_text(window: &[Message]) -> String {
+pub(super) fn latest_user_text(window: &[Message]) -> String {
     window
         .iter()
         .rev()
@@ -625,7 +628,13 @@ async fn drive(
     let mut told_shortened = false;
     // Chosen once per run: the run answers this message, and its own
     // continuation requests are not what the user asked about.
-    let memory_query = latest_user_text(&window);
+    // A sub-agent that starts from its parent's window chooses memory as
+    // its parent did, so its system prompt (the head of the provider's
+    // prompt cache) is the parent's.
+    let memory_query = limits
+        .as_ref()
+        .and_then(|l| l.memory_query.clone())
+        .unwrap_or_else(|| latest_user_text(&window));
     let mut memory_selection: Option<Vec<(String, &'static str)>> = None;
     let mut told_memory_down = false;
     let mut flags = context::RunFlags::default();
@@ -677,7 +686,7 @@ async fn drive(
             .run(
                 HookEvent::UserPrompt,
                 None,
-                serde_json::json!({ "prompt": memory_query }),
+                serde_json::json!({ "prompt": latest_user_text(&window) }),
             )
             .await;
         if let Some((name, reason)) = verdict.blocked {

@@ -103,17 +103,17 @@ impl AgentTool {
         }
         let model = args.model.unwrap_or_else(|| self.parent.model.clone());
         super::route_for(&self.deps.models(), &model).map_err(|e| e.to_string())?;
-        let (prefix, left) = {
+        let (prefix, left, memory_query) = {
             let s = self
                 .state
                 .lock()
                 .map_err(|_| "the tool's state is poisoned")?;
-            let prefix = if args.fresh {
-                Vec::new()
+            if args.fresh {
+                (Vec::new(), s.left_usd, None)
             } else {
-                fork(&s.window)
-            };
-            (prefix, s.left_usd)
+                let query = super::run::latest_user_text(&s.window);
+                (fork(&s.window), s.left_usd, Some(query))
+            }
         };
         let budget = left.map(|l| (l * config.agent_budget_share).max(0.0));
         if budget.is_some_and(|b| b <= 0.0) {
@@ -148,6 +148,7 @@ impl AgentTool {
             tools: args.tools,
             max_iterations: config.agent_max_iterations,
             max_cost_usd: budget,
+            memory_query,
         });
         let task = args.task;
         let mut sub = ask(&session, |reply| SessionMsg::SendAgent {
