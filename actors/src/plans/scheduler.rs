@@ -340,10 +340,16 @@ impl SchedulerState {
         let tx = ap.tx.clone();
         let terminal = ap.rec.state.is_terminal();
         let live = self.reader.live.clone();
-        let ended = self.hooks.clone().filter(|_| terminal).map(|h| {
-            let rt = tokio::runtime::Handle::current();
-            (h, ap.rec.clone(), self.clock.now_ms(), rt)
-        });
+        // Only for an end with `plan_finished` hooks to run: most writes
+        // are neither.
+        let ended = self
+            .hooks
+            .as_ref()
+            .filter(|h| terminal && h.hooks.any(crate::hooks::HookEvent::PlanFinished, None))
+            .map(|h| {
+                let rt = tokio::runtime::Handle::current();
+                (h.clone(), ap.rec.clone(), self.clock.now_ms(), rt)
+            });
         self.reader.store.after_sync(Box::new(move |_| {
             tx.send_replace(view);
             if terminal && let Ok(mut m) = live.write() {
