@@ -901,24 +901,17 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
             .mcp
             .list()
             .await
-            .map(|servers| Response::McpServers { servers })
-            .map_err(|e| Reject::new(ErrorCode::Unavailable, e)),
+            .map(|servers| Response::McpServers { servers }),
         Request::McpTools { server } => ctx
             .mcp
             .tools_of(&server)
             .await
-            .map(|tools| Response::McpTools { tools })
-            .map_err(|e| Reject::new(mcp_code(&e), e)),
+            .map(|tools| Response::McpTools { tools }),
         Request::McpRestart { server } => match ctx.mcp.restart(&server).await {
-            Ok(()) => ctx
-                .mcp
-                .list()
-                .await
-                .map(|all| Response::McpServers {
-                    servers: all.into_iter().filter(|s| s.name == server).collect(),
-                })
-                .map_err(|e| Reject::new(ErrorCode::Unavailable, e)),
-            Err(e) => Err(Reject::new(mcp_code(&e), e)),
+            Ok(()) => ctx.mcp.list().await.map(|all| Response::McpServers {
+                servers: all.into_iter().filter(|s| s.name == server).collect(),
+            }),
+            Err(r) => Err(r),
         },
         Request::SkillList { workdir } => skill_set(ctx, "skill_list", &workdir).map(|set| {
             Response::Skills {
@@ -1375,17 +1368,6 @@ async fn jobs_request(req: Request) -> Result<Response, Reject> {
             ErrorCode::BadRequest,
             format!("`{}` is not a job request", other.op()),
         )),
-    }
-}
-
-/// The error code of an MCP room answer (its messages say which).
-fn mcp_code(message: &str) -> ErrorCode {
-    if message.starts_with("no MCP server named") {
-        ErrorCode::NotFound
-    } else if message.contains("is disabled") {
-        ErrorCode::Conflict
-    } else {
-        ErrorCode::Unavailable
     }
 }
 

@@ -170,12 +170,14 @@ impl ServerSpec {
                     .collect();
                 format!("stdio: {command} {}", shown.join(" "))
             }
-            Transport::Http { url } => {
-                let bare = url.split(['?', '#']).next().unwrap_or(url);
-                format!("http: {bare}")
-            }
+            Transport::Http { url } => format!("http: {}", bare_url(url)),
         }
     }
+}
+
+/// `url` without its query and fragment, which may carry a token.
+pub fn bare_url(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 /// Checks `[mcp]`: every problem names the entry and the fix.

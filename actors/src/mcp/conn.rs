@@ -3,7 +3,8 @@
 //! that says what went wrong and what to change; none ever carries a
 //! value of `env` or `headers`.
 
-use super::config::{SandboxChoice, ServerSpec, Transport, expand};
+use super::clip;
+use super::config::{SandboxChoice, ServerSpec, Transport, bare_url, expand};
 use super::stdio::{self, ServerProcess};
 use crate::tools::sandbox::{Profile, SandboxSpec};
 use rmcp::model::{
@@ -166,7 +167,7 @@ pub async fn connect(
                 Ok(Err(e)) => return Err(http_init_error(&e, url).await),
                 Err(_) => {
                     return Err(late(
-                        &format!("{} did not answer the MCP handshake", bare(url)),
+                        &format!("{} did not answer the MCP handshake", bare_url(url)),
                         None,
                     ));
                 }
@@ -214,11 +215,6 @@ pub async fn connect(
     })
 }
 
-/// A URL without its query (which may carry a token).
-fn bare(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
-}
-
 /// reqwest 0.13 (rmcp's) is built without a TLS crypto provider of its
 /// own: the ring provider flytod's other TLS uses becomes the default.
 fn install_crypto() {
@@ -241,7 +237,7 @@ fn init_error(e: &ClientInitializeError) -> String {
 }
 
 async fn http_init_error(e: &ClientInitializeError, url: &str) -> String {
-    let url = bare(url);
+    let url = bare_url(url);
     if e.is_authorization_required() {
         return format!(
             "{url} answered 401 Unauthorized: give the credentials in `headers` (for example Authorization = \"Bearer ${{TOKEN}}\")"
@@ -292,14 +288,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         next = s.source();
     }
     parts.join(": ")
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}…")
 }
 
 /// A failed request, in words.

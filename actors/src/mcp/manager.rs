@@ -10,8 +10,9 @@
 use super::config::ServerSpec;
 use super::conn::{self, Connected, Handler, Host};
 use super::tool::{LastUse, McpTool, Slot, check_schema, model_name};
+use crate::plans::Reject;
 use crate::tools::Tool;
-use flyto_protocol::{McpServerView, McpToolView};
+use flyto_protocol::{ErrorCode, McpServerView, McpToolView};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rmcp::service::{Peer, RoleClient};
 use std::collections::BTreeMap;
@@ -176,27 +177,34 @@ impl McpHandle {
         self.shared.snapshot.borrow().clone()
     }
 
-    pub async fn list(&self) -> Result<Vec<McpServerView>, String> {
+    pub async fn list(&self) -> Result<Vec<McpServerView>, Reject> {
         let actor = actor().ok_or_else(not_running)?;
-        ractor::call_t!(actor, McpMsg::List, 5_000)
-            .map_err(|e| format!("the MCP room did not answer: {e}"))
+        ractor::call_t!(actor, McpMsg::List, 5_000).map_err(no_answer)
     }
 
-    pub async fn tools_of(&self, server: &str) -> Result<Vec<McpToolView>, String> {
+    pub async fn tools_of(&self, server: &str) -> Result<Vec<McpToolView>, Reject> {
         let actor = actor().ok_or_else(not_running)?;
-        ractor::call_t!(actor, McpMsg::Tools, 5_000, server.to_string())
-            .map_err(|e| format!("the MCP room did not answer: {e}"))?
+        ractor::call_t!(actor, McpMsg::Tools, 5_000, server.to_string()).map_err(no_answer)?
     }
 
-    pub async fn restart(&self, server: &str) -> Result<(), String> {
+    pub async fn restart(&self, server: &str) -> Result<(), Reject> {
         let actor = actor().ok_or_else(not_running)?;
-        ractor::call_t!(actor, McpMsg::Restart, 5_000, server.to_string())
-            .map_err(|e| format!("the MCP room did not answer: {e}"))?
+        ractor::call_t!(actor, McpMsg::Restart, 5_000, server.to_string()).map_err(no_answer)?
     }
 }
 
-fn not_running() -> String {
-    "the MCP room is not running (flytod is starting or stopping): try again".into()
+fn not_running() -> Reject {
+    Reject::new(
+        ErrorCode::Unavailable,
+        "the MCP room is not running (flytod is starting or stopping): try again",
+    )
+}
+
+fn no_answer(e: impl std::fmt::Display) -> Reject {
+    Reject::new(
+        ErrorCode::Unavailable,
+        format!("the MCP room did not answer: {e}"),
+    )
 }
 
 fn actor() -> Option<ActorRef<McpMsg>> {
@@ -208,9 +216,9 @@ pub enum McpMsg {
     Ensure(RpcReplyPort<()>),
     /// The config changed.
     Reconfigure,
-    Restart(String, RpcReplyPort<Result<(), String>>),
+    Restart(String, RpcReplyPort<Result<(), Reject>>),
     List(RpcReplyPort<Vec<McpServerView>>),
-    Tools(String, RpcReplyPort<Result<Vec<McpToolView>, String>>),
+    Tools(String, RpcReplyPort<Result<Vec<McpToolView>, Reject>>),
     Started {
         name: String,
         generation: u64,
@@ -405,8 +413,11 @@ impl Actor for McpManager {
             McpMsg::Restart(name, reply) => {
                 let answer = match state.servers.get_mut(&name) {
                     None => Err(unknown(&name, state)),
-                    Some(s) if !s.spec.entry.enabled => Err(format!(
-                        "MCP server `{name}` is disabled (enabled = false): enable it in the config and reload flytod (SIGHUP)"
+                    Some(s) if !s.spec.entry.enabled => Err(Reject::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "MCP server `{name}` is disabled (enabled = false): enable it in the config and reload flytod (SIGHUP)"
+                        ),
                     )),
                     Some(s) => {
                         s.stop(Phase::Idle);
@@ -424,13 +435,16 @@ impl Actor for McpManager {
                 let answer = match state.servers.get(&name) {
                     None => Err(unknown(&name, state)),
                     Some(s) if s.tools.is_empty() && !matches!(s.phase, Phase::Running { .. }) => {
-                        Err(format!(
-                            "MCP server `{name}` is {}{}: its tools are listed once it runs (`flytoctl mcp_restart {name}` starts it)",
-                            s.state_name(),
-                            s.last_error
-                                .as_ref()
-                                .map(|e| format!(" ({e})"))
-                                .unwrap_or_default()
+                        Err(Reject::new(
+                            ErrorCode::Unavailable,
+                            format!(
+                                "MCP server `{name}` is {}{}: its tools are listed once it runs (`flytoctl mcp_restart {name}` starts it)",
+                                s.state_name(),
+                                s.last_error
+                                    .as_ref()
+                                    .map(|e| format!(" ({e})"))
+                                    .unwrap_or_default()
+                            ),
                         ))
                     }
                     Some(s) => Ok(s
@@ -550,9 +564,9 @@ impl Actor for McpManager {
     }
 }
 
-fn unknown(name: &str, state: &McpState) -> String {
+fn unknown(name: &str, state: &McpState) -> Reject {
     let names: Vec<&str> = state.servers.keys().map(String::as_str).collect();
-    if names.is_empty() {
+    let message = if names.is_empty() {
         format!(
             "no MCP server named `{name}`: none is configured ([mcp.servers.NAME] in the config)"
         )
@@ -561,7 +575,8 @@ fn unknown(name: &str, state: &McpState) -> String {
             "no MCP server named `{name}`: the configured ones are {}",
             names.join(", ")
         )
-    }
+    };
+    Reject::new(ErrorCode::NotFound, message)
 }
 
 /// Starts server `name` in a task; the result comes back as `Started`.

@@ -17,3 +17,12 @@ pub mod tool;
 pub use config::{McpSection, ServerSpec, check};
 pub use conn::Host;
 pub use manager::{MCP_NAME, McpArgs, McpHandle, McpManager, McpMsg, Snapshot};
+
+/// `s` cut to `max` characters, with `…` when cut (for error messages).
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}…")
+}

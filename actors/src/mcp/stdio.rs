@@ -5,6 +5,7 @@
 //! first such line) for the error that says it is not an MCP server; a
 //! line over the size limit ends the connection instead of filling memory.
 
+use super::clip;
 use crate::tools::process::{self, Spawn, SpawnGuard};
 use crate::tools::sandbox::{self, SandboxSpec};
 use std::collections::VecDeque;
@@ -86,14 +87,6 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         process::kill_group(self.pgid, libc::SIGKILL);
     }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}…")
 }
 
 /// Starts `command args` in `cwd` with `env` (already filtered), confined
