@@ -3,7 +3,9 @@
 //!
 //! sled layout, all in tree `plans`, each plan change one atomic batch
 //! through the store's WAL:
-//! `r<id>` record · `s<state><id>` state index · `e<finished_ms><id>` expiry
+//! `p<id / 16>` page of up to 16 small records · `r<id>` a record too
+//! large for its page (and every record of a database written before
+//! pages) · `b<state><id / 64>` state index bitmap · `e<finished_ms><id>` expiry
 //! index · `i<key>` idempotency key → id · `m<name>\0<id>` name index (`M`
 //! once it covers every plan) · `n` next id · `c<state>` number of plans in
 //! that state (u64). Ids, times and counts are big-endian so
@@ -124,9 +126,9 @@ impl SledPlanStore {
             return Ok(());
         }
         let mut batch = Batch::new();
-        for kv in self.store.scan_prefix(&self.tree, b"r", false) {
-            let (k, v) = kv?;
-            let rec = self.decode(tail_id(&k), &v)?;
+        for kv in self.records(false) {
+            let (id, v) = kv?;
+            let rec = self.decode(Some(id), &v)?;
             if let Some(name) = &rec.name {
                 batch.insert(name_key(name, rec.id), Vec::new());
             }
@@ -278,6 +280,136 @@ impl SledPlanStore {
     fn decode(&self, id: Option<u64>, bytes: &[u8]) -> Result<PlanRecord, StoreError> {
         decode_plan_as(id, bytes)
     }
+
+    /// The page holding plan `id`'s neighbours, parsed (empty when absent).
+    fn page(&self, id: u64) -> Result<Option<(sled::IVec, Vec<PageEntry>)>, StoreError> {
+        let Some(bytes) = self.store.get(&self.tree, &page_key(id))? else {
+            return Ok(None);
+        };
+        let entries = parse_page(&bytes).map_err(|detail| StoreError::Corrupt {
+            key: format!("plan page {}", id / PAGE),
+            detail,
+        })?;
+        Ok(Some((bytes, entries)))
+    }
+
+    /// Adds to `batch` the writes that store `record` as plan `id`'s (or,
+    /// with `None`, remove it): in its page when small enough, else under
+    /// its own key, and gone from the other place. `known` says the plan
+    /// may already be stored. Only with the counts lock held, which orders
+    /// the page's read-modify-write.
+    fn place(
+        &self,
+        batch: &mut Batch,
+        id: u64,
+        record: Option<Vec<u8>>,
+        known: bool,
+    ) -> Result<(), StoreError> {
+        let page = self.page(id)?;
+        let in_page = page
+            .as_ref()
+            .is_some_and(|(_, entries)| entries.iter().any(|e| e.id == id));
+        let paged = record.as_ref().filter(|r| r.len() <= PAGED_MAX);
+        if paged.is_some() || in_page {
+            let rewritten = match &page {
+                Some((bytes, entries)) => write_page(bytes, entries, id, paged.map(Vec::as_slice)),
+                None => write_page(&[], &[], id, paged.map(Vec::as_slice)),
+            };
+            match rewritten.is_empty() {
+                true => batch.remove(page_key(id).to_vec()),
+                false => batch.insert(page_key(id), rewritten),
+            }
+        }
+        match record {
+            Some(r) if r.len() > PAGED_MAX => batch.insert(record_key(id), r),
+            // Stored on its own before (too large then, or written before
+            // pages): gone from there.
+            _ if known && !in_page => batch.remove(record_key(id).to_vec()),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Plan `id`'s stored record: in its page, or under its own key.
+    fn record_bytes(&self, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some((bytes, entries)) = self.page(id)?
+            && let Some(e) = entries.iter().find(|e| e.id == id)
+        {
+            return Ok(Some(bytes[e.range.clone()].to_vec()));
+        }
+        Ok(self
+            .store
+            .get(&self.tree, &record_key(id))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// Every stored record, by id (ascending, or descending): the pages'
+    /// and those under their own keys, merged.
+    fn records(
+        &self,
+        reverse: bool,
+    ) -> impl Iterator<Item = Result<(u64, Vec<u8>), StoreError>> + '_ {
+        let paged = self
+            .store
+            .scan_prefix(&self.tree, b"p", reverse)
+            .flat_map(move |kv| {
+                let entries: Vec<Result<(u64, Vec<u8>), StoreError>> = match kv {
+                    Err(e) => vec![Err(e)],
+                    Ok((k, v)) => match parse_page(&v) {
+                        Ok(mut entries) => {
+                            if reverse {
+                                entries.reverse();
+                            }
+                            entries
+                                .into_iter()
+                                .map(|e| Ok((e.id, v[e.range].to_vec())))
+                                .collect()
+                        }
+                        Err(detail) => vec![Err(StoreError::Corrupt {
+                            key: format!("plan page {}", tail_id(&k).unwrap_or(0)),
+                            detail,
+                        })],
+                    },
+                };
+                entries
+            });
+        let single = self
+            .store
+            .scan_prefix(&self.tree, b"r", reverse)
+            .map(|kv| kv.map(|(k, v)| (tail_id(&k).unwrap_or(0), v.to_vec())));
+        MergeById {
+            a: paged.peekable(),
+            b: single.peekable(),
+            reverse,
+        }
+    }
+}
+
+/// Two id-ordered record streams as one (an error comes out first).
+struct MergeById<A: Iterator, B: Iterator> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    reverse: bool,
+}
+
+type IdRecord = Result<(u64, Vec<u8>), StoreError>;
+
+impl<A: Iterator<Item = IdRecord>, B: Iterator<Item = IdRecord>> Iterator for MergeById<A, B> {
+    type Item = IdRecord;
+
+    fn next(&mut self) -> Option<IdRecord> {
+        let take_a = match (self.a.peek(), self.b.peek()) {
+            (None, _) => false,
+            (_, None) => true,
+            (Some(Err(_)), _) => true,
+            (_, Some(Err(_))) => false,
+            (Some(Ok((x, _))), Some(Ok((y, _)))) => (x < y) != self.reverse,
+        };
+        match take_a {
+            true => self.a.next(),
+            false => self.b.next(),
+        }
+    }
 }
 
 /// A plan record as any store holds it (the shared store too).
@@ -304,6 +436,80 @@ fn record_key(id: u64) -> [u8; 9] {
     let mut k = [b'r'; 9];
     k[1..].copy_from_slice(&id.to_be_bytes());
     k
+}
+
+/// Small records live [`PAGE`] consecutive ids to a key: the plans
+/// submitted together share a page, which a group commit then writes to
+/// sled once (as the state index's buckets). With a key per plan, each
+/// submit cost sled an insert, and every sixteenth a leaf split, in the
+/// commit thread: most of its CPU under many clients. A record larger than
+/// [`PAGED_MAX`] keeps a key of its own, so that rewriting a plan never
+/// copies much more than itself.
+const PAGE: u64 = 16;
+const PAGED_MAX: usize = 1024;
+
+fn page_key(id: u64) -> [u8; 9] {
+    let mut k = [b'p'; 9];
+    k[1..].copy_from_slice(&(id / PAGE).to_be_bytes());
+    k
+}
+
+/// A page is its entries in ascending id order, each the id (u64), the
+/// record's length (u32, both big-endian) and the record.
+struct PageEntry {
+    id: u64,
+    range: std::ops::Range<usize>,
+}
+
+const ENTRY_HEAD: usize = 12;
+
+fn parse_page(bytes: &[u8]) -> Result<Vec<PageEntry>, String> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let head = bytes
+            .get(at..at + ENTRY_HEAD)
+            .ok_or_else(|| format!("an entry header is cut at byte {at}"))?;
+        let id = tail_id(&head[..8]).unwrap_or(0);
+        let len = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let start = at + ENTRY_HEAD;
+        if bytes.len() - start < len {
+            return Err(format!("plan {id}'s record is cut ({len} bytes announced)"));
+        }
+        entries.push(PageEntry {
+            id,
+            range: start..start + len,
+        });
+        at = start + len;
+    }
+    Ok(entries)
+}
+
+/// The page `bytes` (parsed as `entries`) with plan `id`'s entry set to
+/// `record`, or dropped.
+fn write_page(bytes: &[u8], entries: &[PageEntry], id: u64, record: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + record.map_or(0, |r| r.len() + ENTRY_HEAD));
+    let mut push = |id: u64, r: &[u8]| {
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&(r.len() as u32).to_be_bytes());
+        out.extend_from_slice(r);
+    };
+    let mut placed = false;
+    for e in entries {
+        if !placed && e.id >= id {
+            if let Some(r) = record {
+                push(id, r);
+            }
+            placed = true;
+        }
+        if e.id != id {
+            push(e.id, &bytes[e.range.clone()]);
+        }
+    }
+    if !placed && let Some(r) = record {
+        push(id, r);
+    }
+    out
 }
 
 fn state_byte(state: PlanState) -> u8 {
@@ -421,10 +627,7 @@ impl PlanStore for SledPlanStore {
 
     fn put(&self, plan: &PlanRecord, prev: Option<PlanState>) -> Result<(), StoreError> {
         let mut batch = Batch::new();
-        batch.insert(
-            record_key(plan.id),
-            encode_record(PLAN_FORMAT_VERSION, plan),
-        );
+        let record = encode_record(PLAN_FORMAT_VERSION, plan);
         if plan.state.is_terminal()
             && let Some(f) = plan.finished_ms
         {
@@ -440,6 +643,7 @@ impl PlanStore for SledPlanStore {
             }
         }
         let mut counts = self.counts();
+        self.place(&mut batch, plan.id, Some(record), prev.is_some())?;
         let mut next = *counts;
         if prev != Some(plan.state) {
             if let Some(p) = prev {
@@ -468,7 +672,7 @@ impl PlanStore for SledPlanStore {
             }
             r.generation
         };
-        let Some(bytes) = self.store.get(&self.tree, &record_key(id))? else {
+        let Some(bytes) = self.record_bytes(id)? else {
             return Ok(None);
         };
         let rec = self.decode(Some(id), &bytes)?;
@@ -491,7 +695,6 @@ impl PlanStore for SledPlanStore {
 
     fn delete(&self, plan: &PlanRecord) -> Result<(), StoreError> {
         let mut batch = Batch::new();
-        batch.remove(record_key(plan.id));
         if let Some(f) = plan.finished_ms {
             batch.remove(expiry_key(f, plan.id));
         }
@@ -502,6 +705,7 @@ impl PlanStore for SledPlanStore {
             batch.remove(name_key(name, plan.id));
         }
         let mut counts = self.counts();
+        self.place(&mut batch, plan.id, None, true)?;
         self.index(&mut batch, plan.state, plan.id, false)?;
         let mut next = *counts;
         let n = &mut next[state_index(plan.state)];
@@ -541,12 +745,12 @@ impl PlanStore for SledPlanStore {
                 }
             }
             None => {
-                for kv in self.store.scan_prefix(&self.tree, b"r", true) {
+                for kv in self.records(true) {
                     if out.len() >= limit {
                         break;
                     }
-                    let (k, v) = kv?;
-                    out.push(self.decode(tail_id(&k), &v)?);
+                    let (id, v) = kv?;
+                    out.push(self.decode(Some(id), &v)?);
                 }
             }
         }
@@ -848,6 +1052,83 @@ mod tests {
         assert_eq!(want(&s), before);
         assert_eq!(s.store.scan_prefix(&s.tree, b"s", false).count(), 0);
         assert_eq!(index_counts(&s), counts(&s));
+    }
+
+    /// A plan whose record is `len` bytes or more (its step's tail).
+    fn big(id: u64, state: PlanState, len: usize) -> PlanRecord {
+        let mut p = plan(id, state);
+        p.steps[0].stdout_tail = "x".repeat(len);
+        p
+    }
+
+    #[test]
+    fn records_share_pages_and_large_or_older_ones_keep_their_own_key() {
+        use PlanState::*;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        let (store, s) = open(&dir);
+        for id in 1..=40 {
+            s.put(&plan(id, Pending), None).unwrap();
+        }
+        // 1..=15, 16..=31, 32..=40: three pages, no key per plan.
+        assert_eq!(s.store.scan_prefix(&s.tree, b"p", false).count(), 3);
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 0);
+        // p17 grows past what a page takes, then shrinks back.
+        s.put(&big(17, Running, 4000), Some(Pending)).unwrap();
+        assert_eq!(s.get(17).unwrap(), Some(big(17, Running, 4000)));
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 1);
+        s.put(&plan(17, Succeeded), Some(Running)).unwrap();
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 0);
+        // p41 is large from its submit on; p33 is deleted from its page.
+        s.put(&big(41, Pending, 2000), None).unwrap();
+        s.delete(&plan(33, Pending)).unwrap();
+        assert_eq!(s.get(33).unwrap(), None);
+        // p5 as a flytod before pages wrote it: under its own key only.
+        let mut b = Batch::new();
+        b.insert(
+            record_key(5),
+            encode_record(PLAN_FORMAT_VERSION, &plan(5, Pending)),
+        );
+        let rest = parse_page(&s.store.get(&s.tree, &page_key(5)).unwrap().unwrap()).unwrap();
+        let page = s.store.get(&s.tree, &page_key(5)).unwrap().unwrap();
+        b.insert(page_key(5), write_page(&page, &rest, 5, None));
+        store.apply(&s.tree, &b).unwrap();
+        assert_eq!(s.get(5).unwrap(), Some(plan(5, Pending)));
+        let ids = |s: &SledPlanStore| {
+            s.list(None, 1000)
+                .unwrap()
+                .iter()
+                .map(|p| p.id)
+                .collect::<Vec<_>>()
+        };
+        let want: Vec<u64> = (1..=41).rev().filter(|id| *id != 33).collect();
+        assert_eq!(ids(&s), want);
+        // Its next write moves it into its page.
+        s.put(&plan(5, Running), Some(Pending)).unwrap();
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 1);
+        assert_eq!(s.get(5).unwrap(), Some(plan(5, Running)));
+        // All of it after a crash (the WAL only) and a reopen.
+        wait_durable(&store);
+        let copy = tmp.path().join("crashed");
+        crash_copy(&dir, &copy);
+        let (_c, s2) = open(&copy);
+        assert_eq!(ids(&s2), want);
+        assert_eq!(s2.get(41).unwrap(), Some(big(41, Pending, 2000)));
+        assert_eq!(s2.get(17).unwrap(), Some(plan(17, Succeeded)));
+        assert_eq!(s2.list(Some(Pending), 100).unwrap().len(), 38);
+    }
+
+    #[test]
+    fn a_cut_page_is_reported_as_corrupt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, s) = open(&tmp.path().join("db"));
+        s.put(&plan(3, PlanState::Pending), None).unwrap();
+        let page = s.store.get(&s.tree, &page_key(3)).unwrap().unwrap();
+        let mut b = Batch::new();
+        b.insert(page_key(3), page[..page.len() - 1].to_vec());
+        store.apply(&s.tree, &b).unwrap();
+        let e = s.get(3).unwrap_err().to_string();
+        assert!(e.contains("plan page 0") && e.contains("cut"), "{e}");
     }
 
     #[test]

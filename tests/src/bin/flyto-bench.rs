@@ -927,28 +927,34 @@ fn fdatasync_rate(dir: &Path, secs: f64) -> anyhow::Result<(u64, f64, Vec<u64>, 
     Ok((n, n as f64 / elapsed, lat, cpu))
 }
 
-/// What sled alone costs per record flytod applies: the plan records
-/// flytod stored in `state_db` (flytod stopped), inserted `n` times under
-/// new sequential keys into a fresh sled in `scratch`, configured as
-/// flytod's (32 MB cache, flushed about as often as flytod checkpoints).
-/// Returns this process's CPU per insert (sled's own threads included, ns)
-/// and the records' mean length.
-fn sled_insert_baseline(state_db: &Path, scratch: &Path, n: u64) -> anyhow::Result<(u64, usize)> {
-    let records: Vec<sled::IVec> = {
+/// What sled alone costs per acknowledged submit: the pages of plan
+/// records flytod stored in `state_db` (flytod stopped), inserted under
+/// sequential keys into a fresh sled in `scratch`, configured as flytod's
+/// (32 MB cache, flushed about as often as flytod checkpoints), `inserts`
+/// times: as often as the commit thread writes pages for `acks` submits.
+/// Returns this process's CPU per ack (sled's own threads included, ns)
+/// and the pages' mean length.
+fn sled_insert_baseline(
+    state_db: &Path,
+    scratch: &Path,
+    inserts: u64,
+    acks: u64,
+) -> anyhow::Result<(u64, usize)> {
+    let pages: Vec<sled::IVec> = {
         let db = sled::Config::new()
             .path(state_db)
             .open()
             .with_context(|| format!("open {} (is flytod stopped?)", state_db.display()))?;
         let tree = db.open_tree("plans")?;
-        tree.scan_prefix(b"r")
+        tree.scan_prefix(b"p")
             .values()
             .take(1000)
             .collect::<Result<_, _>>()?
     };
-    if records.is_empty() {
-        bail!("no plan records in {}", state_db.display());
+    if pages.is_empty() {
+        bail!("no pages of plan records in {}", state_db.display());
     }
-    let mean = records.iter().map(|r| r.len()).sum::<usize>() / records.len();
+    let mean = pages.iter().map(|r| r.len()).sum::<usize>() / pages.len();
     let path = scratch.join("sled-baseline");
     let db = sled::Config::new()
         .path(&path)
@@ -958,11 +964,11 @@ fn sled_insert_baseline(state_db: &Path, scratch: &Path, n: u64) -> anyhow::Resu
         .open()?;
     let tree = db.open_tree("plans")?;
     let cpu = own_cpu_ns();
-    for i in 0..n {
-        let mut key = [b'r'; 9];
+    for i in 0..inserts {
+        let mut key = [b'p'; 9];
         key[1..].copy_from_slice(&i.to_be_bytes());
-        tree.insert(key, records[i as usize % records.len()].clone())?;
-        if i % 30_000 == 29_999 {
+        tree.insert(key, pages[i as usize % pages.len()].clone())?;
+        if i % 4_000 == 3_999 {
             db.flush()?;
         }
     }
@@ -970,7 +976,7 @@ fn sled_insert_baseline(state_db: &Path, scratch: &Path, n: u64) -> anyhow::Resu
     drop(tree);
     drop(db);
     std::fs::remove_dir_all(&path)?;
-    Ok((cpu / n.max(1), mean))
+    Ok((cpu / acks.max(1), mean))
 }
 
 /// The same request/response traffic as the submit case against a bare
@@ -1228,16 +1234,21 @@ fn submit_throughput(cli: &Cli) -> anyhow::Result<Vec<String>> {
     // (a floor while plans live in sled), the shared syncs, and the rest.
     if let Some(many) = cases.iter().find(|c| c.clients > 1) {
         let (echo_ns, trips) = echo_round_trips(env.tmp.path(), many.clients, cli.secs)?;
-        let n = many.acks.clamp(10_000, 200_000);
-        let (sled_ns, mean) = sled_insert_baseline(&env.state.join("db"), disk, n)?;
-        let acks = many.acks.max(1) as f64;
-        let per_ack = many.stat_cpu as f64 / acks;
+        // A group commit of g records writes each page it touches once:
+        // about g / 16 + 1 pages (16 plans to a page).
+        let acks = many.acks.max(1);
+        let group = acks as f64 / many.syncs.max(1) as f64;
+        let per_ack = (group / 16.0 + 1.0) / group;
+        let inserts = (acks as f64 * per_ack).ceil() as u64;
+        let (sled_ns, mean) = sled_insert_baseline(&env.state.join("db"), disk, inserts, acks)?;
+        let acks = acks as f64;
+        let per_ack_ns = many.stat_cpu as f64 / acks;
         let syncs = many.syncs as f64 * sync_cpu as f64 / acks;
-        let rest = per_ack - echo_ns as f64 - sled_ns as f64 - syncs;
+        let rest = per_ack_ns - echo_ns as f64 - sled_ns as f64 - syncs;
         figures.push(format!(
-            "{} clients: where flytod's {:.1}us per ack go: {} the same frames through a bare echo server ({trips} round trips, its CPU per trip), {} sled alone per record ({n} inserts of flytod's own plan records, mean {mean} bytes, same config and filesystem), {:.1}us the shared syncs ({:.3} per ack at {} each), {:.1}us flytod's own work",
+            "{} clients: where flytod's {:.1}us per ack go: {} the same frames through a bare echo server ({trips} round trips, its CPU per trip), {} sled alone ({inserts} inserts of flytod's own pages of plan records, {per_ack:.3} per ack at {group:.1} records per group, mean {mean} bytes, same config and filesystem), {:.1}us the shared syncs ({:.3} per ack at {} each), {:.1}us flytod's own work",
             many.clients,
-            per_ack / 1000.0,
+            per_ack_ns / 1000.0,
             us(echo_ns),
             us(sled_ns),
             syncs / 1000.0,
