@@ -9,11 +9,59 @@ use flyto_protocol::{PlanState, PlanSummary, PlanView};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::sync::watch;
 
-/// Views of active plans, each a watch channel holding its latest synced view.
-pub type LiveViews = Arc<RwLock<HashMap<u64, Arc<watch::Sender<PlanView>>>>>;
+/// Active plans, each with a watch channel holding its latest synced view
+/// once one is made.
+pub type LiveViews = Arc<RwLock<HashMap<u64, Arc<LivePlan>>>>;
+
+/// An active plan's view channel, made the first time a watcher or a
+/// change of the plan needs it. A plan waiting in the queue unwatched has
+/// none (most never have a watcher before they start): a channel and its
+/// view cost a submit more CPU and memory than the rest of the plan.
+///
+/// While there is no channel the store holds the plan's last synced
+/// record: the scheduler makes the channel (under this lock) before it
+/// writes a change of the plan.
+#[derive(Default)]
+pub struct LivePlan {
+    tx: Mutex<Option<Arc<watch::Sender<PlanView>>>>,
+}
+
+impl LivePlan {
+    fn lock(&self) -> MutexGuard<'_, Option<Arc<watch::Sender<PlanView>>>> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The channel, made from `stored` (the view of the stored record) if
+    /// there is none yet.
+    pub(super) fn sender(
+        &self,
+        stored: impl FnOnce() -> Result<PlanView, Reject>,
+    ) -> Result<Arc<watch::Sender<PlanView>>, Reject> {
+        let mut tx = self.lock();
+        if let Some(tx) = &*tx {
+            return Ok(tx.clone());
+        }
+        let made = Arc::new(watch::channel(stored()?).0);
+        *tx = Some(made.clone());
+        Ok(made)
+    }
+
+    /// The current view: the channel's, or `stored`'s while there is none
+    /// (read under the lock, so before any unsynced change is written).
+    fn current(
+        &self,
+        stored: impl FnOnce() -> Result<Option<PlanView>, Reject>,
+    ) -> Result<Option<PlanView>, Reject> {
+        let tx = self.lock();
+        match &*tx {
+            Some(tx) => Ok(Some(tx.borrow().clone())),
+            None => stored(),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct PlanReader {
@@ -154,9 +202,18 @@ impl PlanReader {
     }
 
     fn view(&self, n: u64) -> Result<Option<PlanView>, Reject> {
-        if let Some(tx) = self.live.read().ok().and_then(|m| m.get(&n).cloned()) {
-            return Ok(Some(tx.borrow().clone()));
+        match self.live_plan(n) {
+            Some(live) => live.current(|| self.stored_view(n)),
+            None => self.stored_view(n),
         }
+    }
+
+    fn live_plan(&self, n: u64) -> Option<Arc<LivePlan>> {
+        self.live.read().ok().and_then(|m| m.get(&n).cloned())
+    }
+
+    /// Plan `n`'s view as the store holds it.
+    pub(super) fn stored_view(&self, n: u64) -> Result<Option<PlanView>, Reject> {
         Ok(self
             .store
             .get(n)
@@ -165,7 +222,11 @@ impl PlanReader {
     }
 
     pub fn status(&self, id: &str) -> Result<PlanView, Reject> {
-        Ok(self.watch(id)?.0)
+        let n = self.resolve(id)?;
+        match self.view(n)? {
+            Some(view) => Ok(self.place(view)),
+            None => Err(Reject::not_found(id)),
+        }
     }
 
     /// Fills in where a pending plan stands in the queue (the published
@@ -183,7 +244,8 @@ impl PlanReader {
     /// of its next ones.
     pub fn watch(&self, id: &str) -> Result<(PlanView, Option<watch::Receiver<PlanView>>), Reject> {
         let n = self.resolve(id)?;
-        if let Some(tx) = self.live.read().ok().and_then(|m| m.get(&n).cloned()) {
+        if let Some(live) = self.live_plan(n) {
+            let tx = live.sender(|| self.stored_view(n)?.ok_or_else(|| Reject::not_found(id)))?;
             let rx = tx.subscribe();
             let view = rx.borrow().clone();
             return Ok((self.place(view), Some(rx)));
@@ -242,5 +304,60 @@ pub trait PlanLookup: Send + Sync + 'static {
 impl PlanLookup for PlanReader {
     fn status<'a>(&'a self, id: &'a str) -> super::AnswerFut<'a, PlanView> {
         Box::pin(async move { PlanReader::status(self, id) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plans::store::{SledPlanStore, tests::plan};
+    use crate::store::testutil::{hold_commits, open_no_checkpoint, wait_durable};
+
+    /// The scheduler's order for a change of a live plan: the channel
+    /// first, then the write, then (once synced) the new view.
+    #[test]
+    fn a_change_of_a_queued_plan_is_shown_only_once_synced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = open_no_checkpoint(&tmp.path().join("db"));
+        let plans = Arc::new(SledPlanStore::open(store.clone()).unwrap());
+        let reader = PlanReader::new(plans.clone(), tmp.path().join("logs"));
+        plans.put(&plan(1, PlanState::Pending), None).unwrap();
+        wait_durable(&store);
+        let live = Arc::new(LivePlan::default());
+        reader.live.write().unwrap().insert(1, live.clone());
+        // Queued and unwatched: no channel, the store's record is shown.
+        assert_eq!(reader.status("p1").unwrap().state, PlanState::Pending);
+        assert!(live.lock().is_none());
+
+        let tx = live.sender(|| Ok(reader.stored_view(1)?.unwrap())).unwrap();
+        let held = hold_commits(&store);
+        let running = plan(1, PlanState::Running);
+        plans.put(&running, Some(PlanState::Pending)).unwrap();
+        assert_eq!(plans.get(1).unwrap().unwrap().state, PlanState::Running);
+        let (view, rx) = reader.watch("p1").unwrap();
+        assert_eq!(view.state, PlanState::Pending, "not synced yet");
+        assert_eq!(reader.status("p1").unwrap().state, PlanState::Pending);
+        drop(held);
+        wait_durable(&store);
+        tx.send_replace(running.view(&reader.log_dir));
+        assert_eq!(reader.status("p1").unwrap().state, PlanState::Running);
+        assert_eq!(rx.unwrap().borrow().state, PlanState::Running);
+    }
+
+    #[test]
+    fn a_watcher_of_a_queued_plan_gets_a_channel_from_the_stored_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = open_no_checkpoint(&tmp.path().join("db"));
+        let plans = Arc::new(SledPlanStore::open(store.clone()).unwrap());
+        let reader = PlanReader::new(plans.clone(), tmp.path().join("logs"));
+        plans.put(&plan(7, PlanState::Pending), None).unwrap();
+        let live = Arc::new(LivePlan::default());
+        reader.live.write().unwrap().insert(7, live.clone());
+        let (view, rx) = reader.watch("p7").unwrap();
+        assert_eq!((view.id.as_str(), view.state), ("p7", PlanState::Pending));
+        // The scheduler's next change goes through the same channel.
+        let tx = live.sender(|| panic!("the watcher made it")).unwrap();
+        tx.send_replace(plan(7, PlanState::Cancelled).view(&reader.log_dir));
+        assert_eq!(rx.unwrap().borrow().state, PlanState::Cancelled);
     }
 }

@@ -4,7 +4,7 @@
 use super::agent_step::{self, AgentStep};
 use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, plan_log_dir, step_log_path};
-use super::reader::{LiveViews, PlanReader, Queue, Slot};
+use super::reader::{LivePlan, LiveViews, PlanReader, Queue, Slot};
 use super::validate::{Limits, Workdirs, validate_in};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
@@ -13,13 +13,13 @@ use crate::store::AfterSync;
 use crate::tools::env::child_env;
 use crate::tools::process::{self, CancelReason, CommandSpec, Exit, Outcome};
 use crate::tools::sandbox::{Profile, SandboxSpec, tmpdir_for};
-use flyto_protocol::{ErrorCode, PlanSpec, PlanState, PlanView, StepState};
+use flyto_protocol::{ErrorCode, PlanSpec, PlanState, StepState};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 /// Run on the commit thread once a submit's answer is final (after its
 /// sync), just before `reply` gets it: the server writes the answer to the
@@ -108,7 +108,7 @@ pub struct SchedulerState {
     /// Views of new plans to publish once their record is durable: the
     /// next reply's continuation does it, so that a submit queues one
     /// continuation, not two (see `take_unpublished`).
-    unpublished: Vec<(u64, Arc<watch::Sender<PlanView>>)>,
+    unpublished: Vec<(u64, Arc<LivePlan>)>,
     /// Ids of the active plans that may be running: every plan in state
     /// `Running` is here (`pump` drops the others lazily), so that a long
     /// queue of pending plans costs nothing per message.
@@ -125,7 +125,7 @@ pub struct SchedulerState {
 struct ActivePlan {
     rec: PlanRecord,
     stored_state: PlanState,
-    tx: Arc<watch::Sender<PlanView>>,
+    live: Arc<LivePlan>,
     /// Steps whose process or agent run has not ended yet. The sender is
     /// taken when the step is told to stop; the entry stays until the step
     /// has finished, so a drain or a cancel waits for it.
@@ -268,7 +268,7 @@ impl Actor for SchedulerActor {
 }
 
 /// New plans' views, and where to publish them.
-type Unpublished = (LiveViews, Vec<(u64, Arc<watch::Sender<PlanView>>)>);
+type Unpublished = (LiveViews, Vec<(u64, Arc<LivePlan>)>);
 
 /// Makes new plans' views visible to readers (`PlanReader::watch`).
 fn publish((live, views): Unpublished) {
@@ -334,10 +334,20 @@ impl SchedulerState {
             return Ok(());
         };
         ap.rec.revision += 1;
+        // Before the write: until the channel exists, readers read the
+        // store, which must not show them the change before it is synced.
+        let reader = &self.reader;
+        let tx = ap
+            .live
+            .sender(|| {
+                Ok(reader
+                    .stored_view(id)?
+                    .unwrap_or_else(|| ap.rec.view(&reader.log_dir)))
+            })
+            .map_err(|r| r.message)?;
         self.reader.store.put(&ap.rec, Some(ap.stored_state))?;
         ap.stored_state = ap.rec.state;
         let view = ap.rec.view(&self.reader.log_dir);
-        let tx = ap.tx.clone();
         let terminal = ap.rec.state.is_terminal();
         let live = self.reader.live.clone();
         // Only for an end with `plan_finished` hooks to run: most writes
@@ -402,12 +412,11 @@ impl SchedulerState {
 
     fn make_live(&mut self, rec: PlanRecord, synced: bool) {
         let id = rec.id;
-        let (tx, _) = watch::channel(rec.view(&self.reader.log_dir));
-        let tx = Arc::new(tx);
+        let live = Arc::new(LivePlan::default());
         if synced {
-            publish((self.reader.live.clone(), vec![(id, tx.clone())]));
+            publish((self.reader.live.clone(), vec![(id, live.clone())]));
         } else {
-            self.unpublished.push((id, tx.clone()));
+            self.unpublished.push((id, live.clone()));
         }
         match rec.state {
             PlanState::Running => {
@@ -421,7 +430,7 @@ impl SchedulerState {
             Box::new(ActivePlan {
                 stored_state: rec.state,
                 rec,
-                tx,
+                live,
                 running: HashMap::new(),
                 cancelling: false,
                 cancel_waiters: Vec::new(),

@@ -64,6 +64,11 @@ pub struct SledPlanStore {
     /// Plans per state, as stored; the lock also orders writes, so that
     /// each batch carries the counts that follow from the one before.
     counts: Mutex<Counts>,
+    /// The page written last, by number, as stored: the next submit
+    /// (the next id) almost always goes to it, and finds it here instead
+    /// of in the overlay or, once applied, in sled. Taken only with the
+    /// counts lock held.
+    last_page: Mutex<Option<(u64, Vec<u8>)>>,
     recent: Mutex<Recent>,
 }
 
@@ -111,6 +116,7 @@ impl SledPlanStore {
             store,
             tree,
             counts: Mutex::new([0; 5]),
+            last_page: Mutex::new(None),
             recent: Mutex::default(),
         };
         this.bucket_state_index()?;
@@ -286,10 +292,7 @@ impl SledPlanStore {
         let Some(bytes) = self.store.get(&self.tree, &page_key(id))? else {
             return Ok(None);
         };
-        let entries = parse_page(&bytes).map_err(|detail| StoreError::Corrupt {
-            key: format!("plan page {}", id / PAGE),
-            detail,
-        })?;
+        let entries = parse_page(&bytes).map_err(|detail| corrupt_page(id / PAGE, detail))?;
         Ok(Some((bytes, entries)))
     }
 
@@ -297,7 +300,8 @@ impl SledPlanStore {
     /// with `None`, remove it): in its page when small enough, else under
     /// its own key, and gone from the other place. `known` says the plan
     /// may already be stored. Only with the counts lock held, which orders
-    /// the page's read-modify-write.
+    /// the page's read-modify-write; a caller whose batch then fails calls
+    /// [`SledPlanStore::forget_page`].
     fn place(
         &self,
         batch: &mut Batch,
@@ -305,21 +309,32 @@ impl SledPlanStore {
         record: Option<Vec<u8>>,
         known: bool,
     ) -> Result<(), StoreError> {
-        let page = self.page(id)?;
-        let in_page = page
-            .as_ref()
-            .is_some_and(|(_, entries)| entries.iter().any(|e| e.id == id));
+        let mut last = lock(&self.last_page);
+        let number = id / PAGE;
+        let page: Option<Vec<u8>> = match last.take() {
+            Some((n, bytes)) if n == number => Some(bytes),
+            _ => self
+                .store
+                .get(&self.tree, &page_key(id))?
+                .map(|b| b.to_vec()),
+        };
+        let page = page.unwrap_or_default();
+        let entries = parse_page(&page).map_err(|detail| corrupt_page(number, detail))?;
+        let in_page = entries.iter().any(|e| e.id == id);
         let paged = record.as_ref().filter(|r| r.len() <= PAGED_MAX);
-        if paged.is_some() || in_page {
-            let rewritten = match &page {
-                Some((bytes, entries)) => write_page(bytes, entries, id, paged.map(Vec::as_slice)),
-                None => write_page(&[], &[], id, paged.map(Vec::as_slice)),
-            };
-            match rewritten.is_empty() {
-                true => batch.remove(page_key(id).to_vec()),
-                false => batch.insert(page_key(id), rewritten),
+        let stored = match paged.is_some() || in_page {
+            true => {
+                let rewritten = write_page(&page, &entries, id, paged.map(Vec::as_slice));
+                match rewritten.is_empty() {
+                    true => batch.remove(page_key(id).to_vec()),
+                    false => batch.insert(page_key(id), rewritten.clone()),
+                }
+                rewritten
             }
-        }
+            false => page,
+        };
+        *last = Some((number, stored));
+        drop(last);
         match record {
             Some(r) if r.len() > PAGED_MAX => batch.insert(record_key(id), r),
             // Stored on its own before (too large then, or written before
@@ -328,6 +343,12 @@ impl SledPlanStore {
             _ => {}
         }
         Ok(())
+    }
+
+    /// After a batch from [`SledPlanStore::place`] failed: the page it
+    /// cached is not what the store holds.
+    fn forget_page(&self) {
+        *lock(&self.last_page) = None;
     }
 
     /// Plan `id`'s stored record: in its page, or under its own key.
@@ -365,10 +386,7 @@ impl SledPlanStore {
                                 .map(|e| Ok((e.id, v[e.range].to_vec())))
                                 .collect()
                         }
-                        Err(detail) => vec![Err(StoreError::Corrupt {
-                            key: format!("plan page {}", tail_id(&k).unwrap_or(0)),
-                            detail,
-                        })],
+                        Err(detail) => vec![Err(corrupt_page(tail_id(&k).unwrap_or(0), detail))],
                     },
                 };
                 entries
@@ -462,6 +480,17 @@ struct PageEntry {
 }
 
 const ENTRY_HEAD: usize = 12;
+
+fn corrupt_page(number: u64, detail: String) -> StoreError {
+    StoreError::Corrupt {
+        key: format!("plan page {number}"),
+        detail,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn parse_page(bytes: &[u8]) -> Result<Vec<PageEntry>, String> {
     let mut entries = Vec::new();
@@ -643,21 +672,27 @@ impl PlanStore for SledPlanStore {
             }
         }
         let mut counts = self.counts();
-        self.place(&mut batch, plan.id, Some(record), prev.is_some())?;
         let mut next = *counts;
-        if prev != Some(plan.state) {
-            if let Some(p) = prev {
-                self.index(&mut batch, p, plan.id, false)?;
-                let n = &mut next[state_index(p)];
-                *n = n.saturating_sub(1);
-                batch.insert(count_key(p), n.to_be_bytes());
+        let write = || {
+            self.place(&mut batch, plan.id, Some(record), prev.is_some())?;
+            if prev != Some(plan.state) {
+                if let Some(p) = prev {
+                    self.index(&mut batch, p, plan.id, false)?;
+                    let n = &mut next[state_index(p)];
+                    *n = n.saturating_sub(1);
+                    batch.insert(count_key(p), n.to_be_bytes());
+                }
+                self.index(&mut batch, plan.state, plan.id, true)?;
+                let n = &mut next[state_index(plan.state)];
+                *n += 1;
+                batch.insert(count_key(plan.state), n.to_be_bytes());
             }
-            self.index(&mut batch, plan.state, plan.id, true)?;
-            let n = &mut next[state_index(plan.state)];
-            *n += 1;
-            batch.insert(count_key(plan.state), n.to_be_bytes());
+            self.store.apply(&self.tree, &batch)
+        };
+        if let Err(e) = write() {
+            self.forget_page();
+            return Err(e);
         }
-        self.store.apply(&self.tree, &batch)?;
         *counts = next;
         drop(counts);
         self.forget(plan.id);
@@ -705,13 +740,18 @@ impl PlanStore for SledPlanStore {
             batch.remove(name_key(name, plan.id));
         }
         let mut counts = self.counts();
-        self.place(&mut batch, plan.id, None, true)?;
-        self.index(&mut batch, plan.state, plan.id, false)?;
         let mut next = *counts;
         let n = &mut next[state_index(plan.state)];
         *n = n.saturating_sub(1);
         batch.insert(count_key(plan.state), n.to_be_bytes());
-        self.store.apply(&self.tree, &batch)?;
+        let written = self
+            .place(&mut batch, plan.id, None, true)
+            .and_then(|()| self.index(&mut batch, plan.state, plan.id, false))
+            .and_then(|()| self.store.apply(&self.tree, &batch));
+        if let Err(e) = written {
+            self.forget_page();
+            return Err(e);
+        }
         *counts = next;
         drop(counts);
         self.forget(plan.id);
@@ -810,14 +850,14 @@ impl PlanStore for SledPlanStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::plans::model::{StepAction, StepRecord};
     use crate::store::testutil::{crash_copy, open_no_checkpoint, wait_durable};
     use flyto_protocol::StepState;
     use std::path::Path;
 
-    fn plan(id: u64, state: PlanState) -> PlanRecord {
+    pub(crate) fn plan(id: u64, state: PlanState) -> PlanRecord {
         PlanRecord {
             id,
             name: None,
