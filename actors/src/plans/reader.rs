@@ -313,18 +313,33 @@ mod tests {
     use crate::plans::store::{SledPlanStore, tests::plan};
     use crate::store::testutil::{hold_commits, open_no_checkpoint, wait_durable};
 
-    /// The scheduler's order for a change of a live plan: the channel
-    /// first, then the write, then (once synced) the new view.
-    #[test]
-    fn a_change_of_a_queued_plan_is_shown_only_once_synced() {
+    type Queued = (
+        tempfile::TempDir,
+        crate::store::Store,
+        Arc<SledPlanStore>,
+        PlanReader,
+        Arc<LivePlan>,
+    );
+
+    /// A reader of a store holding plan `id`, queued and published as the
+    /// scheduler does it (no channel yet).
+    fn queued(id: u64) -> Queued {
         let tmp = tempfile::tempdir().unwrap();
         let store = open_no_checkpoint(&tmp.path().join("db"));
         let plans = Arc::new(SledPlanStore::open(store.clone()).unwrap());
         let reader = PlanReader::new(plans.clone(), tmp.path().join("logs"));
-        plans.put(&plan(1, PlanState::Pending), None).unwrap();
-        wait_durable(&store);
+        plans.put(&plan(id, PlanState::Pending), None).unwrap();
         let live = Arc::new(LivePlan::default());
-        reader.live.write().unwrap().insert(1, live.clone());
+        reader.live.write().unwrap().insert(id, live.clone());
+        (tmp, store, plans, reader, live)
+    }
+
+    /// The scheduler's order for a change of a live plan: the channel
+    /// first, then the write, then (once synced) the new view.
+    #[test]
+    fn a_change_of_a_queued_plan_is_shown_only_once_synced() {
+        let (_tmp, store, plans, reader, live) = queued(1);
+        wait_durable(&store);
         // Queued and unwatched: no channel, the store's record is shown.
         assert_eq!(reader.status("p1").unwrap().state, PlanState::Pending);
         assert!(live.lock().is_none());
@@ -346,13 +361,7 @@ mod tests {
 
     #[test]
     fn a_watcher_of_a_queued_plan_gets_a_channel_from_the_stored_record() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = open_no_checkpoint(&tmp.path().join("db"));
-        let plans = Arc::new(SledPlanStore::open(store.clone()).unwrap());
-        let reader = PlanReader::new(plans.clone(), tmp.path().join("logs"));
-        plans.put(&plan(7, PlanState::Pending), None).unwrap();
-        let live = Arc::new(LivePlan::default());
-        reader.live.write().unwrap().insert(7, live.clone());
+        let (_tmp, _store, _plans, reader, live) = queued(7);
         let (view, rx) = reader.watch("p7").unwrap();
         assert_eq!((view.id.as_str(), view.state), ("p7", PlanState::Pending));
         // The scheduler's next change goes through the same channel.

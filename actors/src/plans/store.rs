@@ -11,6 +11,10 @@
 //! that state (u64). Ids, times and counts are big-endian so
 //! keys sort numerically.
 //!
+//! A plan's write sets its entry in its page ([`crate::store::page`]): the
+//! WAL carries the record alone, and the commit thread patches it into the
+//! page in sled.
+//!
 //! The counts are written in the same batch as the state index entries
 //! they count, so they are exactly as durable; a database without them
 //! (written before they existed) gets them from a scan of the state index
@@ -20,7 +24,7 @@ use super::model::{
     PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2, PlanRecordV3, PlanRecordV4,
 };
 use crate::store::{
-    AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record,
+    AfterSync, Batch, Store, StoreError, decode_body, decode_record, encode_record, page,
 };
 use flyto_protocol::PlanState;
 use std::collections::{BTreeMap, HashMap};
@@ -288,11 +292,11 @@ impl SledPlanStore {
     }
 
     /// The page holding plan `id`'s neighbours, parsed (empty when absent).
-    fn page(&self, id: u64) -> Result<Option<(sled::IVec, Vec<PageEntry>)>, StoreError> {
+    fn page(&self, id: u64) -> Result<Option<(sled::IVec, Vec<page::Entry>)>, StoreError> {
         let Some(bytes) = self.store.get(&self.tree, &page_key(id))? else {
             return Ok(None);
         };
-        let entries = parse_page(&bytes).map_err(|detail| corrupt_page(id / PAGE, detail))?;
+        let entries = page::parse(&bytes).map_err(|detail| corrupt_page(id / PAGE, detail))?;
         Ok(Some((bytes, entries)))
     }
 
@@ -311,36 +315,36 @@ impl SledPlanStore {
     ) -> Result<(), StoreError> {
         let mut last = lock(&self.last_page);
         let number = id / PAGE;
-        let page: Option<Vec<u8>> = match last.take() {
+        let stored: Option<Vec<u8>> = match last.take() {
             Some((n, bytes)) if n == number => Some(bytes),
             _ => self
                 .store
                 .get(&self.tree, &page_key(id))?
                 .map(|b| b.to_vec()),
         };
-        let page = page.unwrap_or_default();
-        let entries = parse_page(&page).map_err(|detail| corrupt_page(number, detail))?;
+        let stored = stored.unwrap_or_default();
+        let entries = page::parse(&stored).map_err(|detail| corrupt_page(number, detail))?;
         let in_page = entries.iter().any(|e| e.id == id);
-        let paged = record.as_ref().filter(|r| r.len() <= PAGED_MAX);
-        let stored = match paged.is_some() || in_page {
-            true => {
-                let rewritten = write_page(&page, &entries, id, paged.map(Vec::as_slice));
-                match rewritten.is_empty() {
-                    true => batch.remove(page_key(id).to_vec()),
-                    false => batch.insert(page_key(id), rewritten.clone()),
-                }
-                rewritten
-            }
-            false => page,
+        let (paged, single) = match record {
+            Some(r) if r.len() <= PAGED_MAX => (Some(r), None),
+            other => (None, other),
         };
-        *last = Some((number, stored));
+        let now = match paged.is_some() || in_page {
+            true => {
+                let now = page::with(&stored, &entries, id, paged.as_deref());
+                batch.set_entry(page_key(id), id, paged, now.clone());
+                now
+            }
+            false => stored,
+        };
+        *last = Some((number, now));
         drop(last);
-        match record {
-            Some(r) if r.len() > PAGED_MAX => batch.insert(record_key(id), r),
+        match single {
+            Some(r) => batch.insert(record_key(id), r),
             // Stored on its own before (too large then, or written before
             // pages): gone from there.
-            _ if known && !in_page => batch.remove(record_key(id).to_vec()),
-            _ => {}
+            None if known && !in_page => batch.remove(record_key(id).to_vec()),
+            None => {}
         }
         Ok(())
     }
@@ -354,9 +358,9 @@ impl SledPlanStore {
     /// Plan `id`'s stored record: in its page, or under its own key.
     fn record_bytes(&self, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some((bytes, entries)) = self.page(id)?
-            && let Some(e) = entries.iter().find(|e| e.id == id)
+            && let Some(r) = page::find(&bytes, &entries, id)
         {
-            return Ok(Some(bytes[e.range.clone()].to_vec()));
+            return Ok(Some(r.to_vec()));
         }
         Ok(self
             .store
@@ -376,7 +380,7 @@ impl SledPlanStore {
             .flat_map(move |kv| {
                 let entries: Vec<Result<(u64, Vec<u8>), StoreError>> = match kv {
                     Err(e) => vec![Err(e)],
-                    Ok((k, v)) => match parse_page(&v) {
+                    Ok((k, v)) => match page::parse(&v) {
                         Ok(mut entries) => {
                             if reverse {
                                 entries.reverse();
@@ -472,15 +476,6 @@ fn page_key(id: u64) -> [u8; 9] {
     k
 }
 
-/// A page is its entries in ascending id order, each the id (u64), the
-/// record's length (u32, both big-endian) and the record.
-struct PageEntry {
-    id: u64,
-    range: std::ops::Range<usize>,
-}
-
-const ENTRY_HEAD: usize = 12;
-
 fn corrupt_page(number: u64, detail: String) -> StoreError {
     StoreError::Corrupt {
         key: format!("plan page {number}"),
@@ -490,55 +485,6 @@ fn corrupt_page(number: u64, detail: String) -> StoreError {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn parse_page(bytes: &[u8]) -> Result<Vec<PageEntry>, String> {
-    let mut entries = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let head = bytes
-            .get(at..at + ENTRY_HEAD)
-            .ok_or_else(|| format!("an entry header is cut at byte {at}"))?;
-        let id = tail_id(&head[..8]).unwrap_or(0);
-        let len = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
-        let start = at + ENTRY_HEAD;
-        if bytes.len() - start < len {
-            return Err(format!("plan {id}'s record is cut ({len} bytes announced)"));
-        }
-        entries.push(PageEntry {
-            id,
-            range: start..start + len,
-        });
-        at = start + len;
-    }
-    Ok(entries)
-}
-
-/// The page `bytes` (parsed as `entries`) with plan `id`'s entry set to
-/// `record`, or dropped.
-fn write_page(bytes: &[u8], entries: &[PageEntry], id: u64, record: Option<&[u8]>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() + record.map_or(0, |r| r.len() + ENTRY_HEAD));
-    let mut push = |id: u64, r: &[u8]| {
-        out.extend_from_slice(&id.to_be_bytes());
-        out.extend_from_slice(&(r.len() as u32).to_be_bytes());
-        out.extend_from_slice(r);
-    };
-    let mut placed = false;
-    for e in entries {
-        if !placed && e.id >= id {
-            if let Some(r) = record {
-                push(id, r);
-            }
-            placed = true;
-        }
-        if e.id != id {
-            push(e.id, &bytes[e.range.clone()]);
-        }
-    }
-    if !placed && let Some(r) = record {
-        push(id, r);
-    }
-    out
 }
 
 fn state_byte(state: PlanState) -> u8 {
@@ -1129,9 +1075,8 @@ pub(crate) mod tests {
             record_key(5),
             encode_record(PLAN_FORMAT_VERSION, &plan(5, Pending)),
         );
-        let rest = parse_page(&s.store.get(&s.tree, &page_key(5)).unwrap().unwrap()).unwrap();
-        let page = s.store.get(&s.tree, &page_key(5)).unwrap().unwrap();
-        b.insert(page_key(5), write_page(&page, &rest, 5, None));
+        let stored = s.store.get(&s.tree, &page_key(5)).unwrap().unwrap();
+        b.insert(page_key(5), page::patched(&stored, 5, None));
         store.apply(&s.tree, &b).unwrap();
         assert_eq!(s.get(5).unwrap(), Some(plan(5, Pending)));
         let ids = |s: &SledPlanStore| {

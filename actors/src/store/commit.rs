@@ -29,7 +29,12 @@
 //! [`Log::mark_legacy`]; the next group then checkpoints instead of only
 //! syncing the WAL, which is what every sync cost before the WAL existed.
 //!
-//! Within a group, a key written several times is written to sled once.
+//! Within a group, a key written several times is written to sled once;
+//! the entries a group writes to one page (see `page.rs`) are patched into
+//! it and the page written once. (Applying several groups together would
+//! write a page less often, but the commit thread holds the WAL while it
+//! applies, and the longer apply held the next commits back: the groups
+//! shrank and the acknowledgements slowed.)
 //!
 //! A lone writer may commit its own group instead ([`Log::after_sync_leading`]):
 //! when the commit thread sleeps with nothing to do and the disk is fast,
@@ -53,7 +58,7 @@
 //! stops taking writes (each later write and sync is an error): sled may
 //! then lack acknowledged writes that only a restart (WAL replay) restores.
 
-use super::wal::{self, Batch, Frame, LSN_KEY, TERMINATOR, WAL_SIZE};
+use super::wal::{self, Batch, Frame, LSN_KEY, TERMINATOR, WAL_SIZE, Writes};
 use super::{AfterSync, StoreError};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -930,7 +935,6 @@ impl Writer {
             path: self.log.dir.clone(),
             source,
         };
-        type Writes<'a> = BTreeMap<&'a [u8], Option<&'a [u8]>>;
         let mut last: HashMap<&[u8], (u64, Writes<'_>)> = HashMap::new();
         let mut off = 0;
         loop {
@@ -944,26 +948,25 @@ impl Writer {
                     });
                 }
             };
+            let tree = match self.trees.get(rec.tree) {
+                Some(t) => t,
+                None => {
+                    let t = self.db.open_tree(rec.tree).map_err(sled_err)?;
+                    self.trees.entry(rec.tree.to_vec()).or_insert(t)
+                }
+            };
             let (lsn, writes) = last.entry(rec.tree).or_default();
             *lsn = rec.lsn;
-            writes.extend(rec.ops);
+            for op in rec.ops {
+                writes.add(tree, op).map_err(sled_err)?;
+            }
             off = next;
         }
         for (name, (lsn, writes)) in &last {
-            let tree = match self.trees.get(*name) {
-                Some(t) => t,
-                None => {
-                    let t = self.db.open_tree(name).map_err(sled_err)?;
-                    self.trees.entry(name.to_vec()).or_insert(t)
-                }
+            let Some(tree) = self.trees.get(*name) else {
+                continue;
             };
-            for (k, v) in writes {
-                match v {
-                    Some(v) => tree.insert(k, *v).map(drop),
-                    None => tree.remove(k).map(drop),
-                }
-                .map_err(sled_err)?;
-            }
+            writes.write(tree).map_err(sled_err)?;
             tree.insert(LSN_KEY, &lsn.to_be_bytes()).map_err(sled_err)?;
         }
         self.dirty |= !last.is_empty();
@@ -973,9 +976,10 @@ impl Writer {
         let mut off = 0;
         while let Frame::Record(rec, next) = wal::frame_at(records, off) {
             if let Some(writes) = overlay.get_mut(rec.tree) {
-                for (k, _) in &rec.ops {
-                    if writes.get(*k).is_some_and(|(lsn, _)| *lsn == rec.lsn) {
-                        writes.remove(*k);
+                for op in &rec.ops {
+                    let k = op.key();
+                    if writes.get(k).is_some_and(|(lsn, _)| *lsn == rec.lsn) {
+                        writes.remove(k);
                         removed += 1;
                     }
                 }

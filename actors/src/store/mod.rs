@@ -17,6 +17,7 @@
 //! Keys starting with a zero byte are the store's own ([`wal::LSN_KEY`]).
 
 mod commit;
+pub mod page;
 pub mod postgres;
 pub mod record;
 mod scan;

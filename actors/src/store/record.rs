@@ -10,11 +10,12 @@ fn config() -> bincode::config::Configuration {
 }
 
 pub fn encode_record<T: Serialize>(format_version: u32, record: &T) -> Vec<u8> {
-    let mut out = format_version.to_be_bytes().to_vec();
+    // Room for most records at once: growing from empty reallocates the
+    // buffer several times per record.
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(&format_version.to_be_bytes());
     // Encoding plain serde structs into a Vec cannot fail.
-    if let Ok(body) = bincode::serde::encode_to_vec(record, config()) {
-        out.extend_from_slice(&body);
-    }
+    let _ = bincode::serde::encode_into_std_write(record, &mut out, config());
     out
 }
 

@@ -751,3 +751,73 @@ fn a_leader_with_nothing_new_answers_without_a_sync() {
     assert!(ran.load(Ordering::SeqCst), "not answered at once");
     assert_eq!(store.disk_syncs(), before, "synced nothing new");
 }
+
+/// Sets entry `id` of page `key` as a room does: the page as read, patched.
+fn set_entry(store: &Store, key: &str, id: u64, value: Option<&[u8]>) {
+    let t = store.tree("plans").unwrap();
+    let page = store.get(&t, key.as_bytes()).unwrap().unwrap_or_default();
+    let after = super::page::patched(&page, id, value);
+    let mut b = Batch::new();
+    b.set_entry(key.as_bytes(), id, value.map(<[u8]>::to_vec), after);
+    store.apply(&t, &b).unwrap();
+}
+
+fn entries(page: Option<Vec<u8>>) -> Vec<(u64, Vec<u8>)> {
+    let page = page.unwrap_or_default();
+    super::page::parse(&page)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.id, page[e.range].to_vec()))
+        .collect()
+}
+
+#[test]
+fn a_pages_entries_reach_sled_through_the_wal_alone_and_after_a_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (live, crashed) = (tmp.path().join("live"), tmp.path().join("crashed"));
+    let store = open_no_checkpoint(&live);
+    set_entry(&store, "p0", 1, Some(b"one"));
+    set_entry(&store, "p0", 2, Some(b"two"));
+    wait_durable(&store);
+    // A whole value, then entries patched into it, in one later group.
+    put(
+        &store,
+        "plans",
+        "p1",
+        &super::page::patched(&[], 20, Some(b"twenty")),
+    );
+    set_entry(&store, "p1", 21, Some(b"21"));
+    set_entry(&store, "p0", 1, None);
+    set_entry(&store, "p0", 3, Some(b"three"));
+    wait_durable(&store);
+    // An entry's record carries the entry, not its page.
+    let wal_bytes = std::fs::read(live.join(WAL_FILE)).unwrap();
+    let (offsets, end) = record_offsets(&wal_bytes);
+    let last = offsets[offsets.len() - 1];
+    assert!(end - last < 60, "the last record is {} bytes", end - last);
+    let want_p0 = vec![(2, b"two".to_vec()), (3, b"three".to_vec())];
+    let want_p1 = vec![(20, b"twenty".to_vec()), (21, b"21".to_vec())];
+    let t = store.tree("plans").unwrap();
+    assert_eq!(
+        entries(store.get(&t, b"p0").unwrap().map(|v| v.to_vec())),
+        want_p0
+    );
+    crash_copy(&live, &crashed);
+    // Applied by the commit thread: sled has the patched pages.
+    store.sync_blocking().unwrap();
+    assert_eq!(entries(get(&store, "plans", "p0")), want_p0);
+    assert_eq!(entries(get(&store, "plans", "p1")), want_p1);
+    drop(store);
+
+    assert_eq!(sled_only(&crashed, "plans", "p0"), None);
+    let store = open_no_checkpoint(&crashed);
+    assert_eq!(store.recovery().replayed, 6, "{:?}", store.recovery());
+    assert_eq!(entries(get(&store, "plans", "p0")), want_p0);
+    assert_eq!(entries(get(&store, "plans", "p1")), want_p1);
+    // Dropping the last entry removes the page.
+    set_entry(&store, "p1", 20, None);
+    set_entry(&store, "p1", 21, None);
+    wait_durable(&store);
+    store.sync_blocking().unwrap();
+    assert_eq!(get(&store, "plans", "p1"), None);
+}

@@ -15,7 +15,15 @@
 //! payload = [lsn u64 BE][tree name len u16 BE][tree name][op count u32 BE]
 //!           op = [0][key len u32 BE][key]                           remove
 //!              | [1][key len u32 BE][key][value len u32 BE][value]   insert
+//!              | [2][key len u32 BE][key][id u64 BE][value len u32 BE][value]
+//!                                                   set a page's entry
+//!              | [3][key len u32 BE][key][id u64 BE] drop a page's entry
 //! ```
+//!
+//! A page's entry is written as itself: the page it belongs to (see
+//! [`super::page`]) is patched when the record is applied, from what the
+//! records before it left (or what sled holds), so a stream of small
+//! records sharing a page costs the log their own bytes, not the page's.
 //!
 //! Every record has a log sequence number (lsn), one above the record
 //! before it. Each group of records is written with 8 zero bytes after it,
@@ -110,10 +118,26 @@ pub(super) const TERMINATOR: [u8; 8] = [0; 8];
 /// Largest payload accepted (well below u32::MAX).
 const MAX_PAYLOAD: usize = 1 << 30;
 
-/// Writes to apply atomically to one tree: full values and removals.
+/// Writes to apply atomically to one tree: full values and removals, and
+/// single entries of pages (see [`super::page`]).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Batch {
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ops: Vec<Op>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Op {
+    /// A whole value (`None`: removed).
+    Put(Vec<u8>, Option<Vec<u8>>),
+    /// Entry `id` of the page at `key` set (`None`: dropped). `page` is the
+    /// whole page after the write, for readers; the WAL gets the entry
+    /// only.
+    Entry {
+        key: Vec<u8>,
+        id: u64,
+        value: Option<Vec<u8>>,
+        page: Vec<u8>,
+    },
 }
 
 impl Batch {
@@ -122,11 +146,30 @@ impl Batch {
     }
 
     pub fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.ops.push((key.into(), Some(value.into())));
+        self.ops.push(Op::Put(key.into(), Some(value.into())));
     }
 
     pub fn remove(&mut self, key: impl Into<Vec<u8>>) {
-        self.ops.push((key.into(), None));
+        self.ops.push(Op::Put(key.into(), None));
+    }
+
+    /// Sets entry `id` of the page at `key` to `value` (`None`: drops it).
+    /// `page` must be the page as it is after this write (the stored one
+    /// patched with [`super::page::with`]): readers see it at once, and
+    /// sled gets the same once the entry's record is applied.
+    pub fn set_entry(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        id: u64,
+        value: Option<Vec<u8>>,
+        page: Vec<u8>,
+    ) {
+        self.ops.push(Op::Entry {
+            key: key.into(),
+            id,
+            value,
+            page,
+        });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -137,9 +180,17 @@ impl Batch {
         self.ops.len()
     }
 
-    /// The writes in order: key and value (`None`: remove).
+    /// The writes in order as readers see them: key and value (`None`:
+    /// removed); an entry's write is its whole page (an empty page is
+    /// removed).
     pub fn ops(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.ops.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+        self.ops.iter().map(|op| match op {
+            Op::Put(k, v) => (k.as_slice(), v.as_deref()),
+            Op::Entry { key, page, .. } => (
+                key.as_slice(),
+                (!page.is_empty()).then_some(page.as_slice()),
+            ),
+        })
     }
 }
 
@@ -157,7 +208,12 @@ pub(super) fn encode(
         + batch
             .ops
             .iter()
-            .map(|(k, v)| 1 + 4 + k.len() + v.as_ref().map_or(0, |v| 4 + v.len()))
+            .map(|op| match op {
+                Op::Put(k, v) => 1 + 4 + k.len() + v.as_ref().map_or(0, |v| 4 + v.len()),
+                Op::Entry { key, value, .. } => {
+                    1 + 4 + key.len() + 8 + value.as_ref().map_or(0, |v| 4 + v.len())
+                }
+            })
             .sum::<usize>();
     if size > MAX_PAYLOAD || tree.len() > u16::MAX as usize || batch.ops.len() > u32::MAX as usize {
         return Err(StoreError::TooLarge { bytes: size });
@@ -170,11 +226,20 @@ pub(super) fn encode(
     buf.extend_from_slice(&(tree.len() as u16).to_be_bytes());
     buf.extend_from_slice(tree);
     buf.extend_from_slice(&(batch.ops.len() as u32).to_be_bytes());
-    for (k, v) in &batch.ops {
-        buf.push(u8::from(v.is_some()));
-        buf.extend_from_slice(&(k.len() as u32).to_be_bytes());
-        buf.extend_from_slice(k);
-        if let Some(v) = v {
+    for op in &batch.ops {
+        let (tag, key, id, value) = match op {
+            Op::Put(k, v) => (u8::from(v.is_some()), k, None, v),
+            Op::Entry { key, id, value, .. } => {
+                (2 + u8::from(value.is_none()), key, Some(id), value)
+            }
+        };
+        buf.push(tag);
+        buf.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        buf.extend_from_slice(key);
+        if let Some(id) = id {
+            buf.extend_from_slice(&id.to_be_bytes());
+        }
+        if let Some(v) = value {
             buf.extend_from_slice(&(v.len() as u32).to_be_bytes());
             buf.extend_from_slice(v);
         }
@@ -184,12 +249,71 @@ pub(super) fn encode(
     Ok(())
 }
 
+/// One write of a record, borrowing from the log bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum WalOp<'a> {
+    /// A whole value (`None`: removed).
+    Put(&'a [u8], Option<&'a [u8]>),
+    /// One entry of the page at the key (`None`: dropped).
+    Entry(&'a [u8], u64, Option<&'a [u8]>),
+}
+
+impl<'a> WalOp<'a> {
+    pub(super) fn key(&self) -> &'a [u8] {
+        match self {
+            WalOp::Put(k, _) | WalOp::Entry(k, _, _) => k,
+        }
+    }
+}
+
+/// What a run of records writes to one tree in sled: the last value of
+/// each key, with the entries written to a page patched into it (from the
+/// page sled holds when no earlier record of the run wrote it).
+#[derive(Default)]
+pub(super) struct Writes<'a>(BTreeMap<&'a [u8], Pending<'a>>);
+
+enum Pending<'a> {
+    Value(Option<&'a [u8]>),
+    Page(Vec<u8>),
+}
+
+impl<'a> Writes<'a> {
+    pub(super) fn add(&mut self, tree: &sled::Tree, op: WalOp<'a>) -> Result<(), sled::Error> {
+        match op {
+            WalOp::Put(k, v) => {
+                self.0.insert(k, Pending::Value(v));
+            }
+            WalOp::Entry(k, id, v) => {
+                let page = match self.0.remove(k) {
+                    Some(Pending::Page(p)) => super::page::patched(&p, id, v),
+                    Some(Pending::Value(old)) => super::page::patched(old.unwrap_or(&[]), id, v),
+                    None => super::page::patched(tree.get(k)?.as_deref().unwrap_or(&[]), id, v),
+                };
+                self.0.insert(k, Pending::Page(page));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes them to `tree` (an empty page is removed).
+    pub(super) fn write(&self, tree: &sled::Tree) -> Result<(), sled::Error> {
+        for (k, w) in &self.0 {
+            match w {
+                Pending::Value(Some(v)) => tree.insert(k, *v).map(drop)?,
+                Pending::Page(p) if !p.is_empty() => tree.insert(k, p.as_slice()).map(drop)?,
+                Pending::Value(None) | Pending::Page(_) => tree.remove(k).map(drop)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One decoded record, borrowing from the log bytes.
 #[derive(Debug, PartialEq)]
 pub(super) struct Record<'a> {
     pub lsn: u64,
     pub tree: &'a [u8],
-    pub ops: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    pub ops: Vec<WalOp<'a>>,
 }
 
 /// What is at an offset of the log.
@@ -234,15 +358,22 @@ fn parse(p: &[u8]) -> Option<Record<'_>> {
         let tag = r.take(1)?[0];
         let klen = r.u32()? as usize;
         let key = r.take(klen)?;
+        let id = match tag {
+            2 | 3 => Some(u64::from_be_bytes(r.take(8)?.try_into().ok()?)),
+            _ => None,
+        };
         let value = match tag {
-            0 => None,
-            1 => {
+            0 | 3 => None,
+            1 | 2 => {
                 let vlen = r.u32()? as usize;
                 Some(r.take(vlen)?)
             }
             _ => return None,
         };
-        ops.push((key, value));
+        ops.push(match id {
+            Some(id) => WalOp::Entry(key, id, value),
+            None => WalOp::Put(key, value),
+        });
     }
     r.0.is_empty().then_some(Record { lsn, tree, ops })
 }
@@ -297,7 +428,7 @@ impl Recovery {
 
 /// A tree being replayed: its lsn before replay, the last lsn replayed,
 /// and the writes to make (the last one per key).
-type Replay<'a> = (sled::Tree, u64, u64, BTreeMap<&'a [u8], Option<&'a [u8]>>);
+type Replay<'a> = (sled::Tree, u64, u64, Writes<'a>);
 
 /// Applies the chain of records at the start of `bytes` to `db`: each
 /// tree gets the records above its lsn key, as plain writes (the last one
@@ -329,16 +460,18 @@ pub(super) fn replay(db: &sled::Db, bytes: &[u8]) -> Result<Recovery, sled::Erro
             out.tail = Tail::OlderCycle;
             break;
         }
-        let (_, applied, last, writes) = match trees.entry(rec.tree) {
+        let (tree, applied, last, writes) = match trees.entry(rec.tree) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
                 let tree = db.open_tree(rec.tree)?;
                 let applied = tree_lsn(&tree)?;
-                e.insert((tree, applied, applied, BTreeMap::new()))
+                e.insert((tree, applied, applied, Writes::default()))
             }
         };
         if rec.lsn > *applied {
-            writes.extend(rec.ops);
+            for op in rec.ops {
+                writes.add(tree, op)?;
+            }
             *last = rec.lsn;
             out.replayed += 1;
         } else {
@@ -352,12 +485,7 @@ pub(super) fn replay(db: &sled::Db, bytes: &[u8]) -> Result<Recovery, sled::Erro
         if last <= applied {
             continue;
         }
-        for (k, v) in writes {
-            match v {
-                Some(v) => tree.insert(k, *v).map(drop)?,
-                None => tree.remove(k).map(drop)?,
-            }
-        }
+        writes.write(tree)?;
         tree.insert(LSN_KEY, &last.to_be_bytes())?;
     }
     Ok(out)
@@ -462,7 +590,10 @@ mod tests {
         assert_eq!(rec.tree, b"plans");
         assert_eq!(
             rec.ops,
-            vec![(&b"a"[..], Some(&b"1"[..])), (&b"b"[..], None)]
+            vec![
+                WalOp::Put(&b"a"[..], Some(&b"1"[..])),
+                WalOp::Put(&b"b"[..], None)
+            ]
         );
         let Frame::Record(rec, end) = frame_at(&buf, next) else {
             panic!("no second record")
