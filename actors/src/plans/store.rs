@@ -73,6 +73,10 @@ pub struct SledPlanStore {
     /// of in the overlay or, once applied, in sled. Taken only with the
     /// counts lock held.
     last_page: Mutex<Option<(u64, Vec<u8>)>>,
+    /// The state-index buckets written last, as stored, for the same
+    /// reason (a few: a state change writes two). Taken only with the
+    /// counts lock held.
+    last_buckets: Mutex<HashMap<[u8; 10], u64>>,
     recent: Mutex<Recent>,
 }
 
@@ -121,6 +125,7 @@ impl SledPlanStore {
             tree,
             counts: Mutex::new([0; 5]),
             last_page: Mutex::new(None),
+            last_buckets: Mutex::default(),
             recent: Mutex::default(),
         };
         this.bucket_state_index()?;
@@ -201,7 +206,11 @@ impl SledPlanStore {
         on: bool,
     ) -> Result<(), StoreError> {
         let key = bucket_key(state, id);
-        let had = self.bucket(&key)?;
+        let mut last = lock(&self.last_buckets);
+        let had = match last.get(&key) {
+            Some(bits) => *bits,
+            None => self.bucket(&key)?,
+        };
         let now = if on {
             had | bucket_bit(id)
         } else {
@@ -212,6 +221,10 @@ impl SledPlanStore {
         } else {
             batch.insert(key.to_vec(), now.to_be_bytes());
         }
+        if last.len() >= 8 {
+            last.clear();
+        }
+        last.insert(key, now);
         Ok(())
     }
 
@@ -349,10 +362,12 @@ impl SledPlanStore {
         Ok(())
     }
 
-    /// After a batch from [`SledPlanStore::place`] failed: the page it
-    /// cached is not what the store holds.
+    /// After a batch from [`SledPlanStore::place`] or
+    /// [`SledPlanStore::index`] failed: what they cached is not what the
+    /// store holds.
     fn forget_page(&self) {
         *lock(&self.last_page) = None;
+        lock(&self.last_buckets).clear();
     }
 
     /// Plan `id`'s stored record: in its page, or under its own key.
