@@ -3,9 +3,9 @@
 //!
 //! sled layout, all in tree `plans`, each plan change one atomic batch
 //! through the store's WAL:
-//! `p<id / 16>` page of up to 16 small records · `r<id>` a record too
-//! large for its page (and every record of a database written before
-//! pages) · `b<state><id / 64>` state index bitmap · `e<finished_ms><id>` expiry
+//! `p<id / 16>` page of the records of up to 16 queued or running plans ·
+//! `r<id>` the record of a finished plan, or one too large for its page
+//! (and every record of a database written before pages) · `b<state><id / 64>` state index bitmap · `e<finished_ms><id>` expiry
 //! index · `i<key>` idempotency key → id · `m<name>\0<id>` name index (`M`
 //! once it covers every plan) · `n` next id · `c<state>` number of plans in
 //! that state (u64). Ids, times and counts are big-endian so
@@ -314,16 +314,17 @@ impl SledPlanStore {
     }
 
     /// Adds to `batch` the writes that store `record` as plan `id`'s (or,
-    /// with `None`, remove it): in its page when small enough, else under
-    /// its own key, and gone from the other place. `known` says the plan
-    /// may already be stored. Only with the counts lock held, which orders
-    /// the page's read-modify-write; a caller whose batch then fails calls
-    /// [`SledPlanStore::forget_page`].
+    /// with `None`, remove it): in its page while the plan is `active` and
+    /// its record small, else under its own key, and gone from the other
+    /// place. `known` says the plan may already be stored. Only with the
+    /// counts lock held, which orders the page's read-modify-write; a
+    /// caller whose batch then fails calls [`SledPlanStore::forget_page`].
     fn place(
         &self,
         batch: &mut Batch,
         id: u64,
         record: Option<Vec<u8>>,
+        active: bool,
         known: bool,
     ) -> Result<(), StoreError> {
         let mut last = lock(&self.last_page);
@@ -339,7 +340,7 @@ impl SledPlanStore {
         let entries = page::parse(&stored).map_err(|detail| corrupt_page(number, detail))?;
         let in_page = entries.iter().any(|e| e.id == id);
         let (paged, single) = match record {
-            Some(r) if r.len() <= PAGED_MAX => (Some(r), None),
+            Some(r) if active && r.len() <= PAGED_MAX => (Some(r), None),
             other => (None, other),
         };
         let now = match paged.is_some() || in_page {
@@ -475,13 +476,16 @@ fn record_key(id: u64) -> [u8; 9] {
     k
 }
 
-/// Small records live [`PAGE`] consecutive ids to a key: the plans
-/// submitted together share a page, which a group commit then writes to
-/// sled once (as the state index's buckets). With a key per plan, each
+/// Queued and running plans live [`PAGE`] consecutive ids to a key: the
+/// plans submitted together share a page, which a group commit then writes
+/// to sled once (as the state index's buckets). With a key per plan, each
 /// submit cost sled an insert, and every sixteenth a leaf split, in the
-/// commit thread: most of its CPU under many clients. A record larger than
-/// [`PAGED_MAX`] keeps a key of its own, so that rewriting a plan never
-/// copies much more than itself.
+/// commit thread: most of its CPU under many clients. A plan that ends
+/// moves to a key of its own: finished plans are most of what is stored
+/// and are read at random, and a read through a page would load sixteen
+/// records into sled's cache for one. A record larger than [`PAGED_MAX`]
+/// keeps a key of its own too, so that rewriting a plan never copies much
+/// more than itself.
 const PAGE: u64 = 16;
 const PAGED_MAX: usize = 1024;
 
@@ -635,7 +639,8 @@ impl PlanStore for SledPlanStore {
         let mut counts = self.counts();
         let mut next = *counts;
         let write = || {
-            self.place(&mut batch, plan.id, Some(record), prev.is_some())?;
+            let active = !plan.state.is_terminal();
+            self.place(&mut batch, plan.id, Some(record), active, prev.is_some())?;
             if prev != Some(plan.state) {
                 if let Some(p) = prev {
                     self.index(&mut batch, p, plan.id, false)?;
@@ -706,7 +711,7 @@ impl PlanStore for SledPlanStore {
         *n = n.saturating_sub(1);
         batch.insert(count_key(plan.state), n.to_be_bytes());
         let written = self
-            .place(&mut batch, plan.id, None, true)
+            .place(&mut batch, plan.id, None, false, true)
             .and_then(|()| self.index(&mut batch, plan.state, plan.id, false))
             .and_then(|()| self.store.apply(&self.tree, &batch));
         if let Err(e) = written {
@@ -1078,8 +1083,13 @@ pub(crate) mod tests {
         s.put(&big(17, Running, 4000), Some(Pending)).unwrap();
         assert_eq!(s.get(17).unwrap(), Some(big(17, Running, 4000)));
         assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 1);
-        s.put(&plan(17, Succeeded), Some(Running)).unwrap();
+        s.put(&plan(17, Running), Some(Running)).unwrap();
         assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 0);
+        // Once it ends, it keeps a key of its own.
+        s.put(&plan(17, Succeeded), Some(Running)).unwrap();
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 1);
+        let page1 = s.store.get(&s.tree, &page_key(17)).unwrap().unwrap();
+        assert!(page::find(&page1, &page::parse(&page1).unwrap(), 17).is_none());
         // p41 is large from its submit on; p33 is deleted from its page.
         s.put(&big(41, Pending, 2000), None).unwrap();
         s.delete(&plan(33, Pending)).unwrap();
@@ -1105,7 +1115,7 @@ pub(crate) mod tests {
         assert_eq!(ids(&s), want);
         // Its next write moves it into its page.
         s.put(&plan(5, Running), Some(Pending)).unwrap();
-        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 1);
+        assert_eq!(s.store.scan_prefix(&s.tree, b"r", false).count(), 2);
         assert_eq!(s.get(5).unwrap(), Some(plan(5, Running)));
         // All of it after a crash (the WAL only) and a reopen.
         wait_durable(&store);
