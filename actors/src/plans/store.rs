@@ -279,11 +279,11 @@ impl SledPlanStore {
     }
 
     fn counts(&self) -> MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.counts)
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
-        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.recent)
     }
 
     /// After a write of plan `id` (not before: a read between the two
@@ -1101,7 +1101,7 @@ pub(crate) mod tests {
             encode_record(PLAN_FORMAT_VERSION, &plan(5, Pending)),
         );
         let stored = s.store.get(&s.tree, &page_key(5)).unwrap().unwrap();
-        b.insert(page_key(5), page::patched(&stored, 5, None));
+        b.insert(page_key(5), page::patched(&page_key(5), &stored, 5, None));
         store.apply(&s.tree, &b).unwrap();
         assert_eq!(s.get(5).unwrap(), Some(plan(5, Pending)));
         let ids = |s: &SledPlanStore| {

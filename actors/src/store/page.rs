@@ -79,13 +79,21 @@ pub fn with(page: &[u8], entries: &[Entry], id: u64, value: Option<&[u8]>) -> Ve
     out
 }
 
-/// [`with`] on an unparsed page; a page that does not parse is replaced
-/// (its entries cannot be read anyway, and the WAL's checksums make this
-/// a page no write produced).
-pub fn patched(page: &[u8], id: u64, value: Option<&[u8]>) -> Vec<u8> {
+/// [`with`] on an unparsed page. A page that does not parse is replaced
+/// by one holding the new entry alone: its other entries cannot be read
+/// anyway (every write produces a page that parses, and the WAL checks
+/// its records), and refusing would stop every later write. It is logged,
+/// naming the page, since entries are lost.
+pub fn patched(key: &[u8], page: &[u8], id: u64, value: Option<&[u8]>) -> Vec<u8> {
     match parse(page) {
         Ok(entries) => with(page, &entries, id, value),
-        Err(_) => with(&[], &[], id, value),
+        Err(e) => {
+            tracing::error!(
+                "page {} is corrupt ({e}): its entries other than {id} are lost",
+                key.escape_ascii()
+            );
+            with(&[], &[], id, value)
+        }
     }
 }
 
@@ -103,27 +111,30 @@ mod tests {
 
     #[test]
     fn entries_stay_in_id_order_and_can_be_replaced_or_dropped() {
-        let p = patched(&[], 5, Some(b"five"));
-        let p = patched(&p, 2, Some(b"two"));
-        let p = patched(&p, 9, Some(b""));
+        let p = patched(b"t", &[], 5, Some(b"five"));
+        let p = patched(b"t", &p, 2, Some(b"two"));
+        let p = patched(b"t", &p, 9, Some(b""));
         assert_eq!(
             ids(&p),
             vec![(2, b"two".to_vec()), (5, b"five".to_vec()), (9, vec![])]
         );
-        let p = patched(&p, 5, Some(b"FIVE!"));
+        let p = patched(b"t", &p, 5, Some(b"FIVE!"));
         assert_eq!(find(&p, &parse(&p).unwrap(), 5), Some(&b"FIVE!"[..]));
-        let p = patched(&p, 2, None);
-        let p = patched(&p, 9, None);
+        let p = patched(b"t", &p, 2, None);
+        let p = patched(b"t", &p, 9, None);
         assert_eq!(ids(&p), vec![(5, b"FIVE!".to_vec())]);
-        assert!(patched(&p, 5, None).is_empty());
-        assert_eq!(patched(&p, 7, None), p, "dropping an absent entry");
+        assert!(patched(b"t", &p, 5, None).is_empty());
+        assert_eq!(patched(b"t", &p, 7, None), p, "dropping an absent entry");
     }
 
     #[test]
     fn a_cut_page_is_an_error() {
-        let p = patched(&[], 3, Some(b"three"));
+        let p = patched(b"t", &[], 3, Some(b"three"));
         let e = parse(&p[..p.len() - 1]).unwrap_err();
         assert!(e.contains("entry 3 is cut"), "{e}");
         assert!(parse(&p[..5]).unwrap_err().contains("header is cut"));
+        // Patching it keeps the written entry alone (and logs the loss).
+        let q = patched(b"t", &p[..p.len() - 1], 4, Some(b"four"));
+        assert_eq!(ids(&q), vec![(4, b"four".to_vec())]);
     }
 }

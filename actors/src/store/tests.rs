@@ -756,7 +756,7 @@ fn a_leader_with_nothing_new_answers_without_a_sync() {
 fn set_entry(store: &Store, key: &str, id: u64, value: Option<&[u8]>) {
     let t = store.tree("plans").unwrap();
     let page = store.get(&t, key.as_bytes()).unwrap().unwrap_or_default();
-    let after = super::page::patched(&page, id, value);
+    let after = super::page::patched(key.as_bytes(), &page, id, value);
     let mut b = Batch::new();
     b.set_entry(key.as_bytes(), id, value.map(<[u8]>::to_vec), after);
     store.apply(&t, &b).unwrap();
@@ -784,7 +784,7 @@ fn a_pages_entries_reach_sled_through_the_wal_alone_and_after_a_crash() {
         &store,
         "plans",
         "p1",
-        &super::page::patched(&[], 20, Some(b"twenty")),
+        &super::page::patched(b"p1", &[], 20, Some(b"twenty")),
     );
     set_entry(&store, "p1", 21, Some(b"21"));
     set_entry(&store, "p0", 1, None);

@@ -285,9 +285,9 @@ impl<'a> Writes<'a> {
             }
             WalOp::Entry(k, id, v) => {
                 let page = match self.0.remove(k) {
-                    Some(Pending::Page(p)) => super::page::patched(&p, id, v),
-                    Some(Pending::Value(old)) => super::page::patched(old.unwrap_or(&[]), id, v),
-                    None => super::page::patched(tree.get(k)?.as_deref().unwrap_or(&[]), id, v),
+                    Some(Pending::Page(p)) => super::page::patched(k, &p, id, v),
+                    Some(Pending::Value(old)) => super::page::patched(k, old.unwrap_or(&[]), id, v),
+                    None => super::page::patched(k, tree.get(k)?.as_deref().unwrap_or(&[]), id, v),
                 };
                 self.0.insert(k, Pending::Page(page));
             }
