@@ -728,7 +728,9 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 ))
             } else {
                 let origin = sink.scope.as_deref().map(Scope::child);
-                let early = matches!(sink.mode, Mode::Binary).then(|| EarlySubmit::new(&sink.w));
+                // Among many writers the answer is not written early.
+                let early = (matches!(sink.mode, Mode::Binary) && !flyto_actors::store::crowded())
+                    .then(|| EarlySubmit::new(&sink.w));
                 let answer = ask(ctx, |reply| SchedulerMsg::Submit {
                     plan,
                     idempotency_key,

@@ -1207,12 +1207,13 @@ pub(super) fn prepare(
     };
     let steps =
         validate_in(&spec, &limits, workdirs).map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
+    let plan_id = format_id(id);
     let sandboxes = resolve_sandboxes(
         &spec,
         &steps,
         origin.and_then(|o| o.sandbox.as_ref()),
         config,
-        &format_id(id),
+        &plan_id,
     )
     .map_err(|m| Reject::new(ErrorCode::BadRequest, m))?;
     let rec = PlanRecord {
@@ -1226,7 +1227,7 @@ pub(super) fn prepare(
         revision: 1,
         idempotency_key: key,
         steps,
-        chain: origin.map_or_else(|| format_id(id), |o| o.chain.clone()),
+        chain: origin.map_or(plan_id, |o| o.chain.clone()),
         depth: origin.map_or(0, |o| o.depth),
         restarted_from,
         sandboxes,

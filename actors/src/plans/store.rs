@@ -28,6 +28,7 @@ use crate::store::{
 };
 use flyto_protocol::PlanState;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub trait PlanStore: Send + Sync + 'static {
@@ -73,6 +74,11 @@ pub struct SledPlanStore {
     /// of in the overlay or, once applied, in sled. Taken only with the
     /// counts lock held.
     last_page: Mutex<Option<(u64, Vec<u8>)>>,
+    /// The highest page number that may be stored: none above it was
+    /// ever written (ids only grow), so the first submit of a new page
+    /// does not look for it in sled, where a miss costs a tree descent.
+    /// Changed only with the counts lock held.
+    top_page: AtomicU64,
     /// The state-index buckets written last, as stored, for the same
     /// reason (a few: a state change writes two). Taken only with the
     /// counts lock held.
@@ -125,11 +131,17 @@ impl SledPlanStore {
             tree,
             counts: Mutex::new([0; 5]),
             last_page: Mutex::new(None),
+            top_page: AtomicU64::new(u64::MAX),
             last_buckets: Mutex::default(),
             recent: Mutex::default(),
         };
         this.bucket_state_index()?;
         *this.counts() = this.load_counts()?;
+        let top = match this.store.scan_prefix(&this.tree, b"p", true).next() {
+            Some(kv) => page_number(&kv?.0).unwrap_or(u64::MAX),
+            None => 0,
+        };
+        this.top_page.store(top, Ordering::Relaxed);
         this.index_names()?;
         Ok(this)
     }
@@ -329,13 +341,16 @@ impl SledPlanStore {
     ) -> Result<(), StoreError> {
         let mut last = lock(&self.last_page);
         let number = id / PAGE;
+        let top = self.top_page.load(Ordering::Relaxed);
         let stored: Option<Vec<u8>> = match last.take() {
             Some((n, bytes)) if n == number => Some(bytes),
+            _ if number > top => None,
             _ => self
                 .store
                 .get(&self.tree, &page_key(id))?
                 .map(|b| b.to_vec()),
         };
+        self.top_page.store(top.max(number), Ordering::Relaxed);
         let stored = stored.unwrap_or_default();
         let entries = page::parse(&stored).map_err(|detail| corrupt_page(number, detail))?;
         let in_page = entries.iter().any(|e| e.id == id);
@@ -493,6 +508,12 @@ fn page_key(id: u64) -> [u8; 9] {
     let mut k = [b'p'; 9];
     k[1..].copy_from_slice(&(id / PAGE).to_be_bytes());
     k
+}
+
+/// The number of the page stored under `key`.
+fn page_number(key: &[u8]) -> Option<u64> {
+    let n: [u8; 8] = key.get(1..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(n))
 }
 
 fn corrupt_page(number: u64, detail: String) -> StoreError {
@@ -1065,6 +1086,30 @@ pub(crate) mod tests {
         let mut p = plan(id, state);
         p.steps[0].stdout_tail = "x".repeat(len);
         p
+    }
+
+    #[test]
+    fn a_page_written_before_a_reopen_keeps_its_plans_when_more_join_it() {
+        use PlanState::*;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        {
+            let (_store, s) = open(&dir);
+            // Out of order, so the next-id key (51) says less than the
+            // highest page (6) holds.
+            for id in [1, 40, 100, 50] {
+                s.put(&plan(id, Pending), None).unwrap();
+            }
+            s.sync_blocking().unwrap();
+        }
+        let (_store, s) = open(&dir);
+        for id in [41, 101, 112, 113] {
+            s.put(&plan(id, Pending), None).unwrap();
+        }
+        for id in [1, 40, 41, 50, 100, 101, 112, 113] {
+            assert_eq!(s.get(id).unwrap(), Some(plan(id, Pending)), "p{id}");
+        }
+        assert_eq!(s.count(Pending).unwrap(), 8);
     }
 
     #[test]

@@ -50,8 +50,9 @@
 //! wake it only when what it waits for is there (see [`Wake`]). After a
 //! group of several records (concurrent writers), it waits up to
 //! [`GATHER_MAX`] for as many records again before the next sync, so that
-//! a sync covers many acknowledgements (see [`Writer::gather`]); a lone
-//! writer's group (one record) is synced at once.
+//! a sync covers many acknowledgements (see [`Writer::gather`]), also
+//! while nobody waits yet (the last group's writers are being answered);
+//! a lone writer's group (one record) is synced at once.
 //!
 //! A failed WAL write falls back to applying the group to sled and
 //! checkpointing. If that fails too, or applying to sled fails, the store
@@ -97,6 +98,22 @@ thread_local! {
 /// batched writes are cheaper.
 pub fn lone_writer() -> bool {
     GROUP_RECORDS.with(|n| n.get() == 1)
+}
+
+/// Whether the last group committed in this process had several records:
+/// until one is alone again, [`lone_writer`] is unlikely, and a caller can
+/// skip preparing for it. Only a hint (any store's last group).
+pub fn crowded() -> bool {
+    LAST_GROUP.load(Ordering::Relaxed) > 1
+}
+
+static LAST_GROUP: AtomicU64 = AtomicU64::new(0);
+
+impl Log {
+    fn set_last_group(&self, records: u64) {
+        self.last_group.store(records, Ordering::Relaxed);
+        LAST_GROUP.store(records, Ordering::Relaxed);
+    }
 }
 
 /// Whether the commit thread sleeps with nothing to do (a writer may lead).
@@ -158,6 +175,13 @@ pub(super) struct Log {
     /// durable (see `testutil::hold_commits`).
     #[cfg(test)]
     pub(super) hold: Mutex<()>,
+    /// Replaces [`GATHER_MAX`] when set (ns): a test that counts syncs
+    /// must not depend on how fast its writers are.
+    #[cfg(test)]
+    pub(super) gather_ns: AtomicU64,
+    /// The commit thread sleeps in [`Writer::wait`].
+    #[cfg(test)]
+    pub(super) asleep: AtomicBool,
     /// Set by a test: the next WAL write a leading writer makes fails.
     #[cfg(test)]
     pub(super) fail_lead_write: AtomicBool,
@@ -217,6 +241,16 @@ enum Wake {
 }
 
 impl Log {
+    /// The longest a sync is held back to gather records.
+    fn gather_max(&self) -> Duration {
+        #[cfg(test)]
+        match self.gather_ns.load(Ordering::SeqCst) {
+            0 => {}
+            ns => return Duration::from_nanos(ns),
+        }
+        GATHER_MAX
+    }
+
     pub(super) fn new(dir: &Path, next_lsn: u64, wal: File) -> Log {
         Log {
             dir: dir.to_path_buf(),
@@ -248,6 +282,10 @@ impl Log {
             failure: Mutex::new(None),
             #[cfg(test)]
             hold: Mutex::new(()),
+            #[cfg(test)]
+            gather_ns: AtomicU64::new(0),
+            #[cfg(test)]
+            asleep: AtomicBool::new(false),
             #[cfg(test)]
             fail_lead_write: AtomicBool::new(false),
         }
@@ -439,7 +477,7 @@ impl Log {
             p.waiters.drain(..n).collect()
         };
         if upto > from {
-            self.last_group.store(upto - from, Ordering::Relaxed);
+            self.set_last_group(upto - from);
         }
         GROUP_RECORDS.with(|n| n.set(upto - from));
         for w in ready {
@@ -711,7 +749,7 @@ impl Writer {
             let (group, mut wal) = self.wait(&log);
             let records = group.records;
             if records > 0 {
-                self.log.last_group.store(records, Ordering::Relaxed);
+                self.log.set_last_group(records);
             }
             GROUP_RECORDS.with(|n| n.set(records));
             let result = self.group(&mut wal, group.upto);
@@ -720,7 +758,7 @@ impl Writer {
             // lone writer (one record per sync) waits for nothing.
             self.gather = (result.is_ok() && records >= 2).then(|| Gather {
                 lsn: group.upto + records,
-                until: Instant::now() + GATHER_MAX,
+                until: Instant::now() + self.log.gather_max(),
             });
             if !group.checkpoints.is_empty() {
                 let done = match self.log.failure() {
@@ -769,9 +807,16 @@ impl Writer {
                     }
                     _ => break,
                 }
+            } else if let Some(g) = self.gather.as_ref().filter(|g| now < g.until) {
+                // Nobody waits yet: the writers of the last group are
+                // being answered and will write again. Ending the
+                // gathering here would sync the first of them alone, and
+                // the groups after it would grow back from one record.
+                p.wake = Wake::Lsn(g.lsn);
+                g.until
             } else {
-                // Nobody waits: a gathering that found no one is over. A
-                // writer may lead the next sync meanwhile (`Wake::Any`).
+                // Nobody waits, and the gathering is over. A writer may
+                // lead the next sync meanwhile (`Wake::Any`).
                 self.gather = None;
                 p.wake = Wake::Any;
                 let mut left = match self.due_in() {
@@ -783,11 +828,15 @@ impl Writer {
                 }
                 now + left
             };
+            #[cfg(test)]
+            log.asleep.store(true, Ordering::SeqCst);
             let (guard, timeout) = log
                 .work
                 .wait_timeout(p, until.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner());
             p = guard;
+            #[cfg(test)]
+            log.asleep.store(false, Ordering::SeqCst);
             p.wake = Wake::Busy;
             if timeout.timed_out() {
                 if p.waiters.is_empty() {

@@ -27,7 +27,7 @@ mod tests;
 pub(crate) mod testutil;
 pub mod wal;
 
-pub use commit::lone_writer;
+pub use commit::{crowded, lone_writer};
 pub use record::{decode_body, decode_record, encode_record};
 pub use scan::Scan;
 pub use wal::{Batch, Recovery, Tail};

@@ -821,3 +821,54 @@ fn a_pages_entries_reach_sled_through_the_wal_alone_and_after_a_crash() {
     store.sync_blocking().unwrap();
     assert_eq!(get(&store, "plans", "p1"), None);
 }
+
+#[test]
+fn after_a_group_of_several_the_next_as_many_writers_share_one_sync() {
+    use super::testutil::{gather_for, wait_applied, wait_committer_asleep};
+    use std::sync::mpsc;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_no_checkpoint(&tmp.path().join("db"));
+    // However slow this test's thread is, the gathering outlasts it.
+    gather_for(&store, std::time::Duration::from_secs(60));
+    let (tx, rx) = mpsc::channel();
+    let ack = |tx: &mpsc::Sender<()>| -> super::AfterSync {
+        let tx = tx.clone();
+        Box::new(move |r| {
+            r.unwrap();
+            tx.send(()).unwrap();
+        })
+    };
+    // A group of five writers (five records, one sync).
+    for i in 0..5 {
+        put(&store, "t", &format!("a{i}"), b"v");
+    }
+    store.after_sync(ack(&tx));
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    // The commit thread has answered them and is back to waiting, with
+    // nobody waiting for a sync: the writers are still being answered.
+    wait_applied(&store);
+    wait_committer_asleep(&store);
+    let before = store.disk_syncs();
+    // They come back one by one, each given time to be synced alone.
+    let mut early = 0;
+    for i in 0..5 {
+        put(&store, "t", &format!("b{i}"), b"v");
+        store.after_sync(ack(&tx));
+        if i < 4
+            && rx
+                .recv_timeout(std::time::Duration::from_millis(50))
+                .is_ok()
+        {
+            early += 1;
+        }
+    }
+    for _ in early..5 {
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    }
+    assert_eq!(early, 0, "writers were answered before the group was full");
+    assert_eq!(
+        store.disk_syncs() - before,
+        1,
+        "the writers that came back one by one were synced apart"
+    );
+}

@@ -18,6 +18,16 @@ pub(crate) fn hold_commits(store: &Store) -> std::sync::MutexGuard<'_, ()> {
     super::commit::lock(&store.inner.log.hold)
 }
 
+/// Makes the commit thread gather records for up to `limit` after a group
+/// of several (instead of `GATHER_MAX`).
+pub(crate) fn gather_for(store: &Store, limit: Duration) {
+    store
+        .inner
+        .log
+        .gather_ns
+        .store(limit.as_nanos() as u64, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Waits (up to 10 s) until the commit thread sleeps with nothing to do,
 /// when a writer may lead its own sync.
 pub(crate) fn wait_committer_idle(store: &Store) {
@@ -26,6 +36,24 @@ pub(crate) fn wait_committer_idle(store: &Store) {
         assert!(
             std::time::Instant::now() < deadline,
             "the commit thread never went idle"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits (up to 10 s) until the commit thread sleeps, waiting for
+/// writers or for time to pass.
+pub(crate) fn wait_committer_asleep(store: &Store) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !store
+        .inner
+        .log
+        .asleep
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit thread never went to sleep"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
