@@ -10,7 +10,8 @@
 //! synced, if they wait for nothing newer: a reply does not wait for a
 //! second sync or for sled), and only then applies the records to sled
 //! (plain inserts and removes, each tree's lsn key last) and drops them
-//! from the overlay.
+//! from the overlay. It applies a few groups at once ([`APPLY_BATCH`]),
+//! or what there is when it has nothing else to do.
 //!
 //! So sled never holds a write the WAL does not already hold durably (the
 //! write-ahead rule): whatever part of a group sled has after a crash,
@@ -29,12 +30,13 @@
 //! [`Log::mark_legacy`]; the next group then checkpoints instead of only
 //! syncing the WAL, which is what every sync cost before the WAL existed.
 //!
-//! Within a group, a key written several times is written to sled once;
-//! the entries a group writes to one page (see `page.rs`) are patched into
-//! it and the page written once. (Applying several groups together would
-//! write a page less often, but the commit thread holds the WAL while it
-//! applies, and the longer apply held the next commits back: the groups
-//! shrank and the acknowledgements slowed.)
+//! Within what it applies at once, a key written several times is written
+//! to sled once; the entries written to one page (see `page.rs`) are
+//! patched into it and the page written once. Consecutive groups write
+//! the same few keys (the page being filled, the counts, the next id), so
+//! applying a few groups together saves sled writes. Not many more: the
+//! commit thread holds the WAL while it applies, and a long apply holds
+//! the next commits back (a 256 KiB batch made acknowledgements slower).
 //!
 //! A lone writer may commit its own group instead ([`Log::after_sync_leading`]):
 //! when the commit thread sleeps with nothing to do and the disk is fast,
@@ -78,6 +80,11 @@ const GATHER_MAX: Duration = Duration::from_micros(500);
 /// How long records committed by a leading writer may wait to be applied
 /// to sled (the overlay serves them meanwhile).
 const APPLY_DELAY: Duration = Duration::from_millis(20);
+/// Committed records the commit thread lets wait (bytes) before it
+/// applies them to sled: consecutive groups write the same keys (the page
+/// being filled, the counts, the next id, each tree's lsn key), and
+/// applying a few groups at once writes each of them once.
+const APPLY_BATCH: usize = 32 << 10;
 /// Committed but unapplied bytes past which a leading writer wakes the
 /// commit thread to apply them at once.
 const APPLY_BACKLOG_MAX: usize = 256 << 10;
@@ -769,8 +776,16 @@ impl Writer {
                     let _ = tx.send(done.clone());
                 }
             }
-            // `group` applied what leaders committed along with its own.
             if group.stop && lock(&self.log.pending).waiters.is_empty() {
+                // What waits to be applied goes to sled now; the WAL has
+                // it anyway, for the next open to replay.
+                if self.log.failure().is_none()
+                    && let Err(e) = self.apply_committed(&mut wal)
+                {
+                    tracing::error!(
+                        "applying the last writes to sled failed (the WAL still holds them): {e}"
+                    );
+                }
                 return;
             }
             let due = self
@@ -910,7 +925,7 @@ impl Writer {
         // has the records. (After an error the store has failed: nothing
         // more reaches sled.)
         if result.is_ok()
-            && let Err(e) = self.apply_in_order(wal)
+            && let Err(e) = self.apply_or_defer(wal)
         {
             self.log.fail(e);
         }
@@ -944,6 +959,20 @@ impl Writer {
         }
         self.spare.clear();
         self.checkpoint(wal).map_err(|e| self.log.fail(e))
+    }
+
+    /// Applies `spare` with what waits to be applied, or (while they are
+    /// small) leaves it to be applied with the next groups.
+    fn apply_or_defer(&mut self, wal: &mut Wal) -> Result<(), StoreError> {
+        // An empty group: the thread woke up with nothing new (idle).
+        if self.spare.is_empty() || wal.committed.len() + self.spare.len() >= APPLY_BATCH {
+            return self.apply_in_order(wal);
+        }
+        wal.committed.extend_from_slice(&self.spare);
+        self.log
+            .committed_len
+            .store(wal.committed.len(), Ordering::SeqCst);
+        Ok(())
     }
 
     /// Applies what leading writers committed, then `spare`: lsn order.
@@ -1040,9 +1069,9 @@ impl Writer {
     }
 
     /// Checkpoints, then starts the WAL over at offset 0. Everything in the
-    /// WAL has been applied to sled by then (this thread applies each group
-    /// right after writing it, and what leading writers committed first),
-    /// so the checkpoint covers it all.
+    /// WAL has been applied to sled by then (this thread applies what it
+    /// and leading writers committed, first thing here if not before), so
+    /// the checkpoint covers it all.
     fn checkpoint(&mut self, wal: &mut Wal) -> Result<(), StoreError> {
         self.apply_committed(wal)?;
         let legacy = self.log.legacy_written.load(Ordering::SeqCst);

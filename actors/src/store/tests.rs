@@ -824,7 +824,7 @@ fn a_pages_entries_reach_sled_through_the_wal_alone_and_after_a_crash() {
 
 #[test]
 fn after_a_group_of_several_the_next_as_many_writers_share_one_sync() {
-    use super::testutil::{gather_for, wait_applied, wait_committer_asleep};
+    use super::testutil::{gather_for, wait_committer_asleep};
     use std::sync::mpsc;
     let tmp = tempfile::tempdir().unwrap();
     let store = open_no_checkpoint(&tmp.path().join("db"));
@@ -846,7 +846,6 @@ fn after_a_group_of_several_the_next_as_many_writers_share_one_sync() {
     rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
     // The commit thread has answered them and is back to waiting, with
     // nobody waiting for a sync: the writers are still being answered.
-    wait_applied(&store);
     wait_committer_asleep(&store);
     let before = store.disk_syncs();
     // They come back one by one, each given time to be synced alone.
