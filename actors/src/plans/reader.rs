@@ -6,15 +6,16 @@ use super::Reject;
 use super::model::{format_id, parse_id};
 use super::store::PlanStore;
 use flyto_protocol::{PlanState, PlanSummary, PlanView};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::sync::watch;
 
 /// Active plans, each with a watch channel holding its latest synced view
-/// once one is made.
-pub type LiveViews = Arc<RwLock<HashMap<u64, Arc<LivePlan>>>>;
+/// once one is made. Keyed by plan id with a fast hash: every submit adds one, to a map as
+/// large as the queue (SipHash and its rehashes showed in profiles).
+pub type LiveViews = Arc<RwLock<rustc_hash::FxHashMap<u64, Arc<LivePlan>>>>;
 
 /// An active plan's view channel, made the first time a watcher or a
 /// change of the plan needs it. A plan waiting in the queue unwatched has

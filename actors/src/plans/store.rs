@@ -73,7 +73,7 @@ pub struct SledPlanStore {
     /// (the next id) almost always goes to it, and finds it here instead
     /// of in the overlay or, once applied, in sled. Taken only with the
     /// counts lock held.
-    last_page: Mutex<Option<(u64, Vec<u8>)>>,
+    last_page: Mutex<Option<(u64, sled::IVec)>>,
     /// The highest page number that may be stored: none above it was
     /// ever written (ids only grow), so the first submit of a new page
     /// does not look for it in sled, where a miss costs a tree descent.
@@ -342,13 +342,10 @@ impl SledPlanStore {
         let mut last = lock(&self.last_page);
         let number = id / PAGE;
         let top = self.top_page.load(Ordering::Relaxed);
-        let stored: Option<Vec<u8>> = match last.take() {
+        let stored: Option<sled::IVec> = match last.take() {
             Some((n, bytes)) if n == number => Some(bytes),
             _ if number > top => None,
-            _ => self
-                .store
-                .get(&self.tree, &page_key(id))?
-                .map(|b| b.to_vec()),
+            _ => self.store.get(&self.tree, &page_key(id))?,
         };
         self.top_page.store(top.max(number), Ordering::Relaxed);
         let stored = stored.unwrap_or_default();
@@ -360,7 +357,9 @@ impl SledPlanStore {
         };
         let now = match paged.is_some() || in_page {
             true => {
-                let now = page::with(&stored, &entries, id, paged.as_deref());
+                // One copy of the page, shared by the batch, the overlay
+                // and this cache.
+                let now = sled::IVec::from(page::with(&stored, &entries, id, paged.as_deref()));
                 batch.set_entry(page_key(id), id, paged, now.clone());
                 now
             }

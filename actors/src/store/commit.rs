@@ -334,8 +334,15 @@ impl Log {
             None => overlay.entry(name.to_vec()).or_default(),
         };
         let before = writes.len();
-        for (k, v) in batch.ops() {
-            writes.insert(k.to_vec(), (lsn, v.map(sled::IVec::from)));
+        for (k, v) in batch.values() {
+            // A key written again (the page being filled, the counts)
+            // keeps its allocation.
+            match writes.get_mut(k) {
+                Some(slot) => *slot = (lsn, v),
+                None => {
+                    writes.insert(k.to_vec(), (lsn, v));
+                }
+            }
         }
         self.overlay_len
             .fetch_add(writes.len() - before, Ordering::SeqCst);

@@ -758,7 +758,7 @@ fn set_entry(store: &Store, key: &str, id: u64, value: Option<&[u8]>) {
     let page = store.get(&t, key.as_bytes()).unwrap().unwrap_or_default();
     let after = super::page::patched(key.as_bytes(), &page, id, value);
     let mut b = Batch::new();
-    b.set_entry(key.as_bytes(), id, value.map(<[u8]>::to_vec), after);
+    b.set_entry(key.as_bytes(), id, value.map(<[u8]>::to_vec), after.into());
     store.apply(&t, &b).unwrap();
 }
 

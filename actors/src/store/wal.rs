@@ -136,7 +136,7 @@ enum Op {
         key: Vec<u8>,
         id: u64,
         value: Option<Vec<u8>>,
-        page: Vec<u8>,
+        page: sled::IVec,
     },
 }
 
@@ -162,7 +162,7 @@ impl Batch {
         key: impl Into<Vec<u8>>,
         id: u64,
         value: Option<Vec<u8>>,
-        page: Vec<u8>,
+        page: sled::IVec,
     ) {
         self.ops.push(Op::Entry {
             key: key.into(),
@@ -186,10 +186,20 @@ impl Batch {
     pub fn ops(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
         self.ops.iter().map(|op| match op {
             Op::Put(k, v) => (k.as_slice(), v.as_deref()),
-            Op::Entry { key, page, .. } => (
-                key.as_slice(),
-                (!page.is_empty()).then_some(page.as_slice()),
-            ),
+            Op::Entry { key, page, .. } => {
+                (key.as_slice(), (!page.is_empty()).then_some(page.as_ref()))
+            }
+        })
+    }
+
+    /// Like [`Batch::ops`], with the values as the overlay holds them (a
+    /// page is shared, not copied).
+    pub(super) fn values(&self) -> impl Iterator<Item = (&[u8], Option<sled::IVec>)> {
+        self.ops.iter().map(|op| match op {
+            Op::Put(k, v) => (k.as_slice(), v.as_deref().map(sled::IVec::from)),
+            Op::Entry { key, page, .. } => {
+                (key.as_slice(), (!page.is_empty()).then(|| page.clone()))
+            }
         })
     }
 }
