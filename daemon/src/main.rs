@@ -152,8 +152,11 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
             .context("cannot read the plans of the sled store")?;
         let jobs = sled_jobs(store.clone()).context("cannot read the jobs of the sled store")?;
         let sessions =
-            sled_sessions(store).context("cannot read the sessions of the sled store")?;
-        Some((state_dir, lock, records, jobs, sessions))
+            sled_sessions(store.clone()).context("cannot read the sessions of the sled store")?;
+        let channels = flyto_actors::channels::store::ChannelStore::open(store)
+            .and_then(|c| c.export())
+            .context("cannot read the channel bindings of the sled store")?;
+        Some((state_dir, lock, records, jobs, sessions, channels))
     } else {
         None
     };
@@ -175,7 +178,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 shared.target, done.applied, done.version
             );
         }
-        if let Some((state_dir, _lock, mut records, jobs, sessions)) = sled {
+        if let Some((state_dir, _lock, mut records, jobs, sessions, channels)) = sled {
             // Oldest first, so the new ids keep their order.
             records.reverse();
             let source = format!("{}:{}", shared_store::hostname(), state_dir.display());
@@ -216,6 +219,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 }
             }
             let n = sessions.len();
+            let mut session_ids = std::collections::HashMap::new();
             match flyto_actors::session::shared::import(&shared, &source, sessions, &plan_ids)
                 .await?
             {
@@ -225,6 +229,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 Some(copied) => {
                     println!("copied {n} session(s) of {source} (old id -> new id):");
                     for c in copied {
+                        session_ids.insert(c.old, c.new);
                         print!("  s{} -> s{}", c.old, c.new);
                         match c.name_dropped {
                             Some(name) => println!(
@@ -232,6 +237,28 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                             ),
                             None => println!(),
                         }
+                    }
+                }
+            }
+            match flyto_actors::channels::shared::import(&shared, &source, channels, &session_ids)
+                .await?
+            {
+                None => println!(
+                    "the channel bindings of {source} were copied into this database before: nothing copied"
+                ),
+                Some(done) => {
+                    println!(
+                        "copied {} channel binding(s) of {source}{}",
+                        done.copied.len(),
+                        if done.copied.is_empty() { "" } else { ":" }
+                    );
+                    for name in &done.copied {
+                        println!("  {name}");
+                    }
+                    for name in &done.taken {
+                        println!(
+                            "  not copied: {name} (the database has a binding of that name; bind this one again under another: `flytoctl channel_bind ... --name NAME`)"
+                        );
                     }
                 }
             }
@@ -969,10 +996,18 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 let backend = Arc::new(flyto_actors::channels::shared::SharedChannels::new(
                     j.shared.clone(),
                 ));
-                let local = ChannelStore::open(store.clone())?.bindings()?.len();
+                let on_shared: std::collections::HashSet<String> = match backend.bindings().await {
+                    Ok(b) => b.into_iter().map(|b| b.name).collect(),
+                    Err(_) => Default::default(),
+                };
+                let local = ChannelStore::open(store.clone())?
+                    .bindings()?
+                    .into_iter()
+                    .filter(|b| !on_shared.contains(&b.name))
+                    .count();
                 if local > 0 {
                     tracing::warn!(
-                        "this node's own store {} holds {local} channel bindings that the shared store does not have: they are not polled while [store] backend = \"postgres\"; bind them again (`flytoctl channel_bind`)",
+                        "this node's own store {} holds {local} channel bindings that the shared store does not have: they are not polled while [store] backend = \"postgres\"; copy them with `flytod migrate --from-sled` (flytod stopped) or bind them again (`flytoctl channel_bind`)",
                         state_dir.join("db").display()
                     );
                 }

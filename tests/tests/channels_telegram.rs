@@ -64,7 +64,7 @@ fn no_secret(what: &str, text: &str) {
 
 /// Binds `name` to the fake at `tg` with `token`, passed as flytoctl is
 /// told to take it: from an environment variable.
-fn bind(env: &TestEnv, tg: &FakeTelegram, token: &str, name: &str) {
+pub(crate) fn bind(env: &TestEnv, tg: &FakeTelegram, token: &str, name: &str) {
     let base = tg.api_base();
     let out = env.ctl_with(
         &[

@@ -118,19 +118,7 @@ impl Cluster {
         let envs = [node(&pg, &llm), node(&pg, &llm)];
         let daemons = [Some(envs[0].start()), Some(envs[1].start())];
         let ids = [node_id(&envs[0]), node_id(&envs[1])];
-        let out = envs[0].ctl_with(
-            &[
-                "channel_bind",
-                "telegram",
-                "--token-env",
-                "FLYTO_TEST_TG_TOKEN",
-                "--api-base",
-                &tg.api_base(),
-            ],
-            &[("FLYTO_TEST_TG_TOKEN", TOKEN)],
-            None,
-        );
-        assert_eq!(out.code, 0, "channel_bind: {}", out.stderr);
+        crate::channels_telegram::bind(&envs[0], &tg, TOKEN, "telegram");
         Cluster {
             pg,
             llm,
@@ -306,4 +294,93 @@ fn with_the_database_away_channel_and_memory_requests_answer_unavailable_and_res
         (out.code == 0).then_some(out.stdout)
     });
     assert!(listed.contains("inbox"), "{listed}");
+}
+
+#[test]
+fn migrate_from_sled_moves_a_binding_with_its_admitted_users_and_its_chats_sessions() {
+    use flyto_tests::sessions_support::{history, message_text};
+    let pg = TestPostgres::start();
+    pg.create_database("moved");
+    let llm = FakeLlm::start(vec![
+        Reply::text("on sled"),
+        Reply::text("eve on postgres"),
+        Reply::text("ann on postgres"),
+        Reply::text("spare"),
+    ]);
+    let tg = FakeTelegram::start(TOKEN);
+    let channels =
+        format!("[channels]\npoll_timeout = \"1s\"\n[channels.allow]\ntelegram = [\"{ANN}\"]\n");
+    let env = TestEnv::new(&format!(
+        "[daemon]\nshutdown_grace = \"1s\"\n\n{}\n{channels}",
+        llm.config()
+    ));
+    // On the node's own sled store: a binding, a turn, a stranger admitted.
+    let daemon = env.start();
+    crate::channels_telegram::bind(&env, &tg, TOKEN, "telegram");
+    tg.push_message(ANN, ANN, "ann", "one");
+    assert_eq!(wait_texts(&tg, ANN, 1), ["on sled"]);
+    tg.push_message(EVE, EVE, "eve", "let me in");
+    let code = wait_texts(&tg, EVE, 1)[0]
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .trim_end_matches('.')
+        .to_string();
+    assert!(ok(&env, &["channel_pair", &code]).contains("admitted"));
+    assert!(wait_texts(&tg, EVE, 2)[1].contains("admitted"));
+    wait_until("the sends are recorded", DEADLINE, || {
+        let l: Value = serde_json::from_str(&ok(&env, &["channel_list", "--json"])).unwrap();
+        (l["channels"][0]["sent"] == 3).then_some(())
+    });
+    assert!(daemon.terminate().success());
+
+    let migrate = || {
+        let out = env
+            .command(&flyto_tests::bin("flytod"))
+            .args([
+                "migrate",
+                "--from-sled",
+                "--database-url",
+                &pg.url_for("moved"),
+            ])
+            .output()
+            .expect("flytod migrate");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = migrate();
+    assert!(
+        said.contains("copied 1 channel binding(s)") && said.contains("\n  telegram\n"),
+        "{said}"
+    );
+    let again = migrate();
+    assert!(
+        again.contains("channel bindings of") && again.contains("before: nothing copied"),
+        "{again}"
+    );
+
+    // On the shared store: the binding polls from where it stopped, the
+    // admitted stranger stays admitted, ann's chat goes on in its session.
+    env.write_config(&format!(
+        "[daemon]\nshutdown_grace = \"1s\"\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n\n{}\n{channels}",
+        pg.url_for("moved"),
+        llm.config()
+    ));
+    let _daemon = env.start();
+    tg.push_message(EVE, EVE, "eve", "hello");
+    assert_eq!(wait_texts(&tg, EVE, 3)[2], "eve on postgres");
+    tg.push_message(ANN, ANN, "ann", "two");
+    assert_eq!(wait_texts(&tg, ANN, 2), ["on sled", "ann on postgres"]);
+    let sessions: Value = serde_json::from_str(&ok(&env, &["session_list", "--json"])).unwrap();
+    let ann = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == format!("chat telegram {ANN}").as_str())
+        .unwrap_or_else(|| panic!("no session of ann's chat in {sessions}"));
+    let (_, messages) = history(&env, ann["id"].as_str().unwrap());
+    let texts_in: Vec<String> = messages.iter().map(message_text).collect();
+    assert_eq!(texts_in, ["one", "on sled", "two", "ann on postgres"]);
+    assert_eq!(llm.request_count(), 3, "a message was answered twice");
+    assert_eq!(texts(&tg, ANN).len(), 2, "a reply was sent twice");
 }

@@ -695,10 +695,12 @@ fn migrate_from_sled_copies_a_nodes_plans_jobs_and_sessions_once_and_the_unfinis
     assert!(again.status.success(), "{again:?}");
     let again_out = String::from_utf8_lossy(&again.stdout);
     assert!(
-        again_out.contains("plans of") && again_out.contains("jobs of"),
+        again_out.contains("plans of")
+            && again_out.contains("jobs of")
+            && again_out.contains("channel bindings of"),
         "{again:?}"
     );
-    assert_eq!(again_out.matches("nothing copied").count(), 3, "{again:?}");
+    assert_eq!(again_out.matches("nothing copied").count(), 4, "{again:?}");
     // On the shared store: the finished plan as it ended, the others run.
     std::fs::write(&gate, "").expect("gate");
     env.write_config(&node_config(&pg, "copy"));

@@ -1117,3 +1117,136 @@ fn one_node_at_a_time_holds_a_projects_dream_lease() {
         assert_eq!(m.dream_holder("p1").await.unwrap().as_deref(), Some("a"));
     });
 }
+
+#[test]
+fn migrating_channel_bindings_renames_sessions_keeps_the_outbox_order_and_skips_taken_names() {
+    use flyto_actors::channels::shared::{ImportedChannels, import};
+    use flyto_actors::channels::store::{
+        BindingKind, BindingRecord, ChatRecord, OutRecord, OutState, PairingRecord,
+    };
+    let binding = |name: &str, dir: &str| BindingRecord {
+        name: name.into(),
+        kind: BindingKind::Inbox { dir: dir.into() },
+        created_ms: 1,
+        auth_failed: None,
+        paused_until_ms: None,
+    };
+    // A node's own store: `tg` with a chat in session s3, a turn started
+    // there, one started in a session that was not copied, an outbox
+    // chunk numbered 5 and a stranger's pairing request; and `taken`.
+    let tmp = tempfile::tempdir().unwrap();
+    let sled =
+        ChannelStore::open(flyto_actors::store::Store::open(tmp.path(), 1 << 20).unwrap()).unwrap();
+    let mut w = Write::default();
+    let chat = ChatRecord {
+        session: Some("s3".into()),
+        ..Default::default()
+    };
+    let mut lost = inbound(
+        2,
+        TurnState::Started {
+            session: "s9".into(),
+            base: 4,
+        },
+    );
+    lost.chat = "other".into();
+    w.binding(&binding("tg", "/srv/tg"))
+        .binding(&binding("taken", "/srv/mine"))
+        .chat("tg", "c", &chat)
+        .inbound(&inbound(
+            1,
+            TurnState::Started {
+                session: "s3".into(),
+                base: 2,
+            },
+        ))
+        .inbound(&lost)
+        .out(&OutRecord {
+            binding: "tg".into(),
+            seq: 5,
+            id: "s3/1/0".into(),
+            chat: "c".into(),
+            text: "pending reply".into(),
+            index: 0,
+            last: true,
+            plain: false,
+            created_ms: 10,
+            reply_to: None,
+            state: OutState::Pending,
+        })
+        .pairing(&PairingRecord {
+            code: "CODE1234".into(),
+            binding: "tg".into(),
+            user: "99".into(),
+            user_name: "eve".into(),
+            chat: "99".into(),
+            created_ms: 10,
+        })
+        .allow("tg", "42");
+    sled.apply(&w).unwrap();
+    let exported = sled.export().unwrap();
+
+    let pg = TestPostgres::start();
+    let rt = runtime();
+    let shared = rt.block_on(fresh(&pg, "moved"));
+    rt.block_on(rt.spawn(async move {
+        let store = ChannelStore::on(Arc::new(SharedChannels::new(shared.clone())));
+        // The database has a binding named `taken` already.
+        let mut w = Write::default();
+        w.binding(&binding("taken", "/srv/theirs"));
+        store.apply(&w).unwrap();
+        let sessions = [(3, 41)].into_iter().collect();
+        let done = import(&shared, "host:/state", exported, &sessions)
+            .await
+            .unwrap();
+        assert_eq!(
+            done,
+            Some(ImportedChannels {
+                copied: vec!["tg".into()],
+                taken: vec!["taken".into()],
+            })
+        );
+        assert_eq!(
+            store.binding("taken").unwrap().unwrap().kind,
+            BindingKind::Inbox {
+                dir: "/srv/theirs".into()
+            },
+            "a binding of the shared store was overwritten"
+        );
+        assert_eq!(
+            store.chat("tg", "c").unwrap().unwrap().session.as_deref(),
+            Some("s41")
+        );
+        let states: Vec<TurnState> = store
+            .inbound("tg")
+            .unwrap()
+            .into_iter()
+            .map(|r| r.state)
+            .collect();
+        assert_eq!(
+            states,
+            [
+                TurnState::Started {
+                    session: "s41".into(),
+                    base: 2
+                },
+                TurnState::Queued
+            ]
+        );
+        assert!(store.seen_update("tg", "u1").unwrap());
+        assert_eq!(store.outbox("tg").unwrap()[0].text, "pending reply");
+        assert_eq!(store.pairing("CODE1234").unwrap().unwrap().user, "99");
+        assert!(store.allowed("tg", "42").unwrap());
+        // A chunk numbered on the shared store comes after the copied one.
+        let mut local = store.last_seq(b'o', "tg").unwrap();
+        assert_eq!(local, 5);
+        assert!(store.next_out_seq(&mut local).unwrap() > 5);
+        // Once only (the second copy of a source is refused before it
+        // looks at what it is given).
+        let again = import(&shared, "host:/state", Vec::new(), &sessions)
+            .await
+            .unwrap();
+        assert_eq!(again, None);
+    }))
+    .unwrap();
+}

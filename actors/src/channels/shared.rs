@@ -104,14 +104,7 @@ impl SharedChannels {
             .map_err(&err)?;
         }
         if !put_k.is_empty() {
-            tx.execute(
-                "INSERT INTO flyto_channel_records (key, value)
-                 SELECT * FROM unnest($1::bytea[], $2::bytea[])
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                &[&put_k, &put_v],
-            )
-            .await
-            .map_err(&err)?;
+            put(&tx, &put_k, &put_v).await.map_err(&err)?;
         }
         tx.commit().await.map_err(&err)?;
         Ok(true)
@@ -283,4 +276,92 @@ impl ChannelBackend for SharedChannels {
         *local = n as u64;
         Ok(*local)
     }
+}
+
+/// Writes these records in `tx`, replacing what the keys held.
+async fn put(
+    tx: &deadpool_postgres::Transaction<'_>,
+    keys: &[&[u8]],
+    values: &[&[u8]],
+) -> Result<u64, tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO flyto_channel_records (key, value)
+         SELECT * FROM unnest($1::bytea[], $2::bytea[])
+         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        &[&keys, &values],
+    )
+    .await
+}
+
+/// What `flytod migrate --from-sled` did with a node's channel bindings.
+#[derive(Debug, Default, PartialEq)]
+pub struct ImportedChannels {
+    /// Copied with every record: polled by a node of the shared store.
+    pub copied: Vec<String>,
+    /// Not copied: the shared store has a binding of that name.
+    pub taken: Vec<String>,
+}
+
+/// Copies the channel bindings of the store at `source` once (`None`:
+/// copied before), each with its records (chats, journal, outbox,
+/// admitted users, pairing requests), renaming the sessions they name
+/// (`sessions`: old session number → new). A binding whose name the shared
+/// store has is left out. In one transaction: all or nothing.
+pub async fn import(
+    shared: &Shared,
+    source: &str,
+    bindings: Vec<super::store::ExportedBinding>,
+    sessions: &HashMap<u64, u64>,
+) -> Result<Option<ImportedChannels>, StoreError> {
+    use crate::session::model::{format_id, parse_id};
+    use crate::store::postgres::imports::first_copy;
+    let err = |e: tokio_postgres::Error| db(shared.query_err("copying channel bindings")(e));
+    let mut c = shared.client().await.map_err(db)?;
+    let tx = c.transaction().await.map_err(err)?;
+    if !first_copy(&tx, source, "channels", bindings.len())
+        .await
+        .map_err(err)?
+    {
+        return Ok(None);
+    }
+    let mut done = ImportedChannels::default();
+    let mut last_out_seq = 0;
+    for mut b in bindings {
+        let taken = tx
+            .query_opt(
+                "SELECT 1 FROM flyto_channel_records WHERE key = $1",
+                &[&b.key],
+            )
+            .await
+            .map_err(err)?
+            .is_some();
+        if taken {
+            done.taken.push(b.name);
+            continue;
+        }
+        b.rename_sessions(|old| Some(format_id(*sessions.get(&parse_id(old)?)?)))?;
+        let (keys, values): (Vec<&[u8]>, Vec<&[u8]>) = b
+            .records
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .unzip();
+        // What a binding of that name left behind before it was unbound
+        // gives way to the copy.
+        put(&tx, &keys, &values).await.map_err(err)?;
+        last_out_seq = last_out_seq.max(b.last_out_seq);
+        done.copied.push(b.name);
+    }
+    if last_out_seq > 0 {
+        // The outbox's sequence numbers key its chunks: the next one any
+        // node takes must be above every copied chunk's.
+        tx.execute(
+            "SELECT setval('flyto_channel_out_seq',
+                 GREATEST($1, (SELECT last_value FROM flyto_channel_out_seq)))",
+            &[&(last_out_seq.min(i64::MAX as u64) as i64)],
+        )
+        .await
+        .map_err(err)?;
+    }
+    tx.commit().await.map_err(err)?;
+    Ok(Some(done))
 }

@@ -264,6 +264,60 @@ impl Write {
 /// The prefix of every binding's record.
 pub const BINDINGS: &[u8] = b"b";
 
+/// The kinds of record kept under a binding's name (pairing requests, `p`,
+/// are kept under their code and name their binding inside).
+const BINDING_KINDS: [u8; 10] = [b'b', b'c', b'u', b'm', b'i', b'k', b'o', b'x', b'a', b'q'];
+
+fn unknown_format<T>(ver: u32, _: &[u8]) -> Result<T, String> {
+    Err(format!("channel record format {ver} is not known"))
+}
+
+/// A binding of a one-machine store with every record of it.
+pub struct ExportedBinding {
+    pub name: String,
+    /// The key of its binding record (whether a store has it already).
+    pub key: Vec<u8>,
+    pub records: Entries,
+    /// Its outbox's last sequence number.
+    pub last_out_seq: u64,
+}
+
+impl ExportedBinding {
+    /// Renames the sessions its chats and started turns name (`rename`:
+    /// old id → new id). A session without a new id is forgotten by its
+    /// chat, which then finds its session by name or starts one.
+    pub fn rename_sessions(
+        &mut self,
+        rename: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), StoreError> {
+        for (k, v) in &mut self.records {
+            match k.first() {
+                Some(b'k') => {
+                    let mut chat: ChatRecord =
+                        decode_record(String::from_utf8_lossy(k), v, FORMAT, unknown_format)?;
+                    chat.session = chat.session.as_deref().and_then(&rename);
+                    *v = encode_record(FORMAT, &chat);
+                }
+                Some(b'i') => {
+                    let mut msg: InboundRecord =
+                        decode_record(String::from_utf8_lossy(k), v, FORMAT, unknown_format)?;
+                    if let TurnState::Started { session, .. } = &mut msg.state {
+                        match rename(session) {
+                            Some(new) => *session = new,
+                            // Started in a session that is not there: its
+                            // chat's session runs it from the start.
+                            None => msg.state = TurnState::Queued,
+                        }
+                    }
+                    *v = encode_record(FORMAT, &msg);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Decodes scanned records.
 pub fn decode_all<T: serde::de::DeserializeOwned>(entries: Entries) -> Result<Vec<T>, StoreError> {
     let mut out = Vec::new();
@@ -425,17 +479,43 @@ impl ChannelStore {
     /// The binding and every record under it.
     pub fn remove_binding(&self, name: &str) -> Result<(), StoreError> {
         let mut b = Batch::new();
-        for kind in [b'b', b'c', b'u', b'm', b'i', b'k', b'o', b'x', b'a', b'q'] {
-            for (k, _) in self.backend.scan(&key(kind, name, b""), false, None)? {
-                b.remove(k);
-            }
+        for (k, _) in self.binding_records(name)? {
+            b.remove(k);
+        }
+        self.backend.apply(&b, None)
+    }
+
+    /// Every record of binding `name`: its own, its chats', journal's,
+    /// outbox's, admitted users' and pending pairing requests.
+    fn binding_records(&self, name: &str) -> Result<Entries, StoreError> {
+        let mut out = Vec::new();
+        for kind in BINDING_KINDS {
+            out.extend(self.backend.scan(&key(kind, name, b""), false, None)?);
         }
         for p in self.pairings()? {
             if p.binding == name {
-                b.remove(key(b'p', "", p.code.as_bytes()));
+                let k = key(b'p', "", p.code.as_bytes());
+                if let Some(v) = self.backend.get(&k)? {
+                    out.push((k, v));
+                }
             }
         }
-        self.backend.apply(&b, None)
+        Ok(out)
+    }
+
+    /// Every binding with all its records, as `flytod migrate --from-sled`
+    /// copies them.
+    pub fn export(&self) -> Result<Vec<ExportedBinding>, StoreError> {
+        let mut out = Vec::new();
+        for b in self.bindings()? {
+            out.push(ExportedBinding {
+                key: key(b'b', &b.name, b""),
+                records: self.binding_records(&b.name)?,
+                last_out_seq: self.last_seq(b'o', &b.name)?,
+                name: b.name,
+            });
+        }
+        Ok(out)
     }
 
     pub fn cursor(&self, binding: &str) -> Result<Option<CursorRecord>, StoreError> {
