@@ -610,6 +610,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         plans: RwLock::new(Arc::new(plans)),
         store: RwLock::new(Arc::new(store_info)),
         draining: AtomicBool::new(false),
+        starting: AtomicBool::new(true),
         started,
         restarts: restarts.clone(),
         inflight: tokio::sync::Semaphore::new(config.daemon.max_inflight),
@@ -1091,6 +1092,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     .await
     .context("cannot start the actors (see the log above)")?;
 
+    ctx.starting.store(false, Ordering::Release);
     let server_task = match (server_task, listener) {
         (Some(task), _) => task,
         (None, Some(l)) => tokio::spawn(server::serve(l, ctx.clone(), None)),

@@ -18,7 +18,7 @@ pub enum PlanReads {
 pub fn joining() -> Reject {
     Reject::new(
         flyto_protocol::ErrorCode::Unavailable,
-        "flytod is starting and has not reached the shared store yet (`flytoctl stats` says why): retry in a moment",
+        "flytod is starting (on the shared store it waits to reach the database; `flytoctl stats` says why): retry in a moment",
     )
 }
 

@@ -32,6 +32,9 @@ pub struct Ctx {
     /// Where plans are kept, the node id and its peers (shared store).
     pub store: std::sync::RwLock<Arc<StoreInfo>>,
     pub draining: AtomicBool,
+    /// Until the rooms have started (on the shared store the socket
+    /// answers before): only `hello`, `ping` and `stats` are served.
+    pub starting: AtomicBool,
     pub started: Instant,
     pub restarts: Arc<AtomicU64>,
     /// Requests waiting on the scheduler; bounded so overload is an answer,
@@ -694,6 +697,15 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
     if let Some(scope) = &sink.scope
         && let Err(r) = scope.check(&req, ctx).await
     {
+        return sink.error(r.code, r.message).await;
+    }
+    if ctx.starting.load(Ordering::Acquire)
+        && !matches!(
+            req,
+            Request::Hello { .. } | Request::Ping {} | Request::Stats {}
+        )
+    {
+        let r = crate::plan_reads::joining();
         return sink.error(r.code, r.message).await;
     }
     let answer = match req {
