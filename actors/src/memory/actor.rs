@@ -147,7 +147,9 @@ impl ScopeState {
             {
                 // Nodes that keep colliding drift apart.
                 let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 0..=2 * attempt as u64);
-                std::thread::sleep(Duration::from_millis(ms));
+                // Only with a shared store (multi-threaded runtime, as its
+                // round trips): the runtime's other tasks go on meanwhile.
+                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(ms)));
                 // The folder holds this node's change that lost: back to
                 // what the other node wrote.
                 s.pull(&self.dir.dir, false)?;
