@@ -162,6 +162,15 @@ fn memory_is_shared_by_every_node_and_edited_as_a_folder() {
         ],
     );
     assert!(shown.contains("Build with cargo."), "{shown}");
+    // No dream ran on this node: undo says where a run is undone.
+    let undo = b.ctl(&["dream_undo", "--project", project.to_str().unwrap()]);
+    assert_eq!(undo.code, 4, "{undo:?}");
+    assert!(
+        undo.stderr.contains("nothing to undo")
+            && undo.stderr.contains("undone on the node that ran it"),
+        "{}",
+        undo.stderr
+    );
     // What the folder dropped can be brought back, from any node.
     ctl_ok(
         &a,

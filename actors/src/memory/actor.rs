@@ -305,9 +305,19 @@ impl Actor for ScopeActor {
                 let _ = reply.send(done);
             }
             ScopeMsg::Undo { run, keep, reply } => {
-                let done = synced.and_then(|()| {
-                    state.mutate(|d, _| super::switch::undo(d, run.as_deref(), keep))
-                });
+                let shared = state.sync.is_some();
+                let done = synced
+                    .and_then(|()| {
+                        state.mutate(|d, _| super::switch::undo(d, run.as_deref(), keep))
+                    })
+                    .map_err(|e| match e {
+                        // Run records and versions stay on the node that
+                        // dreamed.
+                        MemoryError::NotFound(m) if shared => MemoryError::NotFound(format!(
+                            "{m} on this node (on the shared store a dream run is undone on the node that ran it: `flytoctl dream_log` there lists its runs)"
+                        )),
+                        other => other,
+                    });
                 state.relook();
                 let _ = reply.send(done);
             }
