@@ -492,12 +492,11 @@ impl ChannelStore {
         for kind in BINDING_KINDS {
             out.extend(self.backend.scan(&key(kind, name, b""), false, None)?);
         }
-        for p in self.pairings()? {
+        for (k, v) in self.backend.scan(&key(b'p', "", b""), false, None)? {
+            let p: PairingRecord =
+                decode_record(String::from_utf8_lossy(&k), &v, FORMAT, unknown_format)?;
             if p.binding == name {
-                let k = key(b'p', "", p.code.as_bytes());
-                if let Some(v) = self.backend.get(&k)? {
-                    out.push((k, v));
-                }
+                out.push((k, v));
             }
         }
         Ok(out)
