@@ -10,6 +10,7 @@ pub mod channels;
 pub mod clock;
 pub mod compaction;
 pub mod dream;
+pub mod durable;
 pub mod failpoint;
 pub mod hooks;
 pub mod llm;

@@ -550,7 +550,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let started = Instant::now();
     let config = loaded.config;
     let state_dir = paths::state_dir();
-    std::fs::create_dir_all(&state_dir)
+    // Synced up to the first folder that was there: otherwise a power cut
+    // soon after a first start forgets the state dir, and with it every
+    // plan acknowledged since.
+    flyto_actors::durable::create_dir_all_synced(&state_dir)
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
     // It holds transcripts and tool output; earlier versions left it open.
     paths::make_private(&state_dir)?;

@@ -22,20 +22,13 @@ pub fn node_id(started_ms: u64) -> String {
 /// `node`), and `node` recorded for the next. The state dir's lock is
 /// ours, so that run is over.
 pub fn previous_node(state_dir: &std::path::Path, node: &str) -> Option<String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = state_dir.join("node");
     let previous = std::fs::read_to_string(&path)
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s != node);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| f.write_all(node.as_bytes()));
+    // Replaced whole and synced: a power cut must not leave it empty.
+    let written = flyto_actors::durable::write_synced(&path, node.as_bytes(), 0o600);
     if let Err(e) = written {
         tracing::warn!(path = %path.display(), error = %e, "cannot record this node's id; after a restart its channel leases run out by themselves");
     }

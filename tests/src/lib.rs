@@ -252,6 +252,17 @@ impl TestEnv {
     /// Starts flytod with extra environment; `Err(log)` if it exits or does
     /// not report READY within the deadline.
     pub fn try_start(&self, extra: &[(&str, &str)]) -> Result<Daemon, String> {
+        self.try_start_under(&[], extra)
+    }
+
+    /// Like [`TestEnv::try_start`], with flytod run by `wrapper` (a
+    /// program and its arguments, flytod's path appended: `strace -o f`).
+    /// The [`Daemon`]'s child is then the wrapper.
+    pub fn try_start_under(
+        &self,
+        wrapper: &[&str],
+        extra: &[(&str, &str)],
+    ) -> Result<Daemon, String> {
         let notify_path = self.tmp.path().join(format!("notify-{}.sock", unique()));
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
         notify
@@ -259,7 +270,14 @@ impl TestEnv {
             .expect("timeout");
         let log_path = self.tmp.path().join(format!("flytod-{}.log", unique()));
         let log = std::fs::File::create(&log_path).expect("log file");
-        let mut cmd = self.command(&bin("flytod"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = self.command(Path::new(program));
+                cmd.args(args).arg(bin("flytod"));
+                cmd
+            }
+            None => self.command(&bin("flytod")),
+        };
         cmd.env("NOTIFY_SOCKET", &notify_path)
             .envs(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
             .stdin(Stdio::null())

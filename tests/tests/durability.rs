@@ -399,3 +399,95 @@ fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
     let view = env.wait_plan(&again, "succeeded", |p| p.state == PlanState::Succeeded);
     assert_eq!(view.steps[0].error, None);
 }
+
+/// The paths flytod `fsync`ed or `fdatasync`ed, in order, from an
+/// `strace -y` record (`123 fsync(5</path>) = 0`).
+fn synced_paths(trace: &str) -> Vec<String> {
+    trace
+        .lines()
+        .filter(|l| l.contains("fsync(") || l.contains("fdatasync("))
+        .filter(|l| l.trim_end().ends_with("= 0"))
+        .filter_map(|l| {
+            let start = l.find('<')? + 1;
+            let end = start + l[start..].find('>')?;
+            Some(l[start..end].to_string())
+        })
+        .collect()
+}
+
+/// A power cut forgets every write and every directory entry not synced.
+/// Traced through the real flytod: on a first start whose state dir (and
+/// folders above it) did not exist, each created folder and the one above
+/// them are synced; a plan seen succeeded has its log file, its plan
+/// folder and `logs/` synced.
+#[test]
+fn a_first_start_and_a_finished_step_sync_what_a_power_cut_would_lose() {
+    let strace = Path::new("/usr/bin/strace");
+    assert!(
+        strace.exists(),
+        "this test traces flytod's fsyncs with strace: install it (apt-get install strace)"
+    );
+    let env = TestEnv::new("");
+    let root = env.tmp.path().canonicalize().unwrap();
+    let state = root.join("fresh/a/state");
+    let trace = root.join("fsync.trace");
+    let state_s = state.display().to_string();
+    let trace_s = trace.display().to_string();
+    let mut daemon = env
+        .try_start_under(
+            &[
+                "/usr/bin/strace",
+                "-f",
+                "-qq",
+                "-y",
+                "-e",
+                "trace=fsync,fdatasync",
+                "-e",
+                "signal=none",
+                "-o",
+                &trace_s,
+            ],
+            &[("FLYTO_HOME", &state_s)],
+        )
+        .unwrap_or_else(|log| panic!("flytod under strace did not start:\n{log}"));
+    let out = env.ctl(&["submit_plan", "--run", "echo logged", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("logged"), "{out:?}");
+    let plan = env.plans().first().map(|p| p.id.clone()).expect("the plan");
+
+    // flytod is strace's child: stop it, then strace ends with it.
+    let children = std::fs::read_to_string(format!(
+        "/proc/{pid}/task/{pid}/children",
+        pid = daemon.pid()
+    ))
+    .unwrap();
+    let flytod: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: a signal to the flytod this test started.
+    unsafe { libc::kill(flytod, libc::SIGTERM) };
+    daemon.wait_exit(DEADLINE);
+    let synced = synced_paths(&std::fs::read_to_string(&trace).unwrap());
+    let was_synced = |p: &Path| synced.iter().any(|s| Path::new(s) == p);
+    for dir in [
+        root.clone(),
+        root.join("fresh"),
+        root.join("fresh/a"),
+        state.clone(),
+    ] {
+        assert!(
+            was_synced(&dir),
+            "{} was created (or holds what was) but never synced: {synced:#?}",
+            dir.display()
+        );
+    }
+    let plan_logs = state.join("logs").join(&plan);
+    let log = std::fs::read_dir(&plan_logs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("the step's log file");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("logged"));
+    for p in [log.as_path(), plan_logs.as_path(), &state.join("logs")] {
+        assert!(was_synced(p), "{} never synced: {synced:#?}", p.display());
+    }
+}

@@ -83,7 +83,9 @@ pub struct ProjectDir {
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)?;
+        // Synced: a run's record in a new `dream/runs/` must outlive a
+        // power cut, or its staged result is left with nothing naming it.
+        crate::durable::create_dir_all_synced(parent)?;
         let _ = fs::set_permissions(parent, fs::Permissions::from_mode(0o700));
     }
     let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;

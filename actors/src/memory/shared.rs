@@ -235,7 +235,7 @@ pub fn read_folder(dir: &Path) -> Result<Files, MemoryError> {
 fn write_file(dir: &Path, rel: &str, bytes: &[u8]) -> Result<(), MemoryError> {
     let path = dir.join(rel);
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| io_err("create", parent, e))?;
+        crate::durable::create_dir_all_synced(parent).map_err(|e| io_err("create", parent, e))?;
         let _ = fs::set_permissions(parent, fs::Permissions::from_mode(0o700));
     }
     crate::tools::write::atomic_write_as(&path, bytes, Some(fs::Permissions::from_mode(0o600)))
@@ -302,7 +302,7 @@ impl ScopeSync {
                 "memory files changed by hand in this node's folder were copied aside before the shared memory replaced them: import them with `flytoctl memory_import`"
             );
         }
-        fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+        crate::durable::create_dir_all_synced(dir).map_err(|e| io_err("create", dir, e))?;
         let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
         for (k, v) in &files {
             if !contained(k) {

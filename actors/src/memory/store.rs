@@ -82,14 +82,15 @@ fn write_private(path: &Path, content: &[u8]) -> io::Result<()> {
 fn sync_dir(dir: &Path) {
     // A failed directory sync only weakens crash durability; the data is
     // in place, so it does not fail the change.
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
+    let _ = crate::durable::sync_dir(dir);
 }
 
 impl ScopeDir {
     fn ensure(&self) -> Result<(), MemoryError> {
-        fs::create_dir_all(self.dir.join(TRASH))
+        // Synced up to the folder that was there: a new scope's folders
+        // (`projects/<id>/memory/`) must outlive a power cut with the
+        // entries written into them.
+        crate::durable::create_dir_all_synced(&self.dir.join(TRASH))
             .map_err(|e| io_err("create the memory folder", &self.dir, e))?;
         for d in [self.dir.clone(), self.dir.join(TRASH)] {
             let _ = fs::set_permissions(&d, fs::Permissions::from_mode(0o700));

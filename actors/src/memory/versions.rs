@@ -65,11 +65,11 @@ fn number_of(name: &str) -> Option<u32> {
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
+    crate::durable::sync_dir(dir)
 }
 
 fn private_dir(dir: &Path) -> io::Result<()> {
-    fs::create_dir_all(dir)?;
+    crate::durable::create_dir_all_synced(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 

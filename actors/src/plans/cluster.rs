@@ -94,7 +94,7 @@ impl ProcessLaunch {
 
     fn log_of(&self, plan: u64, step: &str) -> Option<PathBuf> {
         let dir = self.log_dir.as_ref()?;
-        std::fs::create_dir_all(plan_log_dir(dir, plan)).ok()?;
+        crate::durable::create_dir_all_synced(&plan_log_dir(dir, plan)).ok()?;
         Some(step_log_path(dir, plan, step))
     }
 }
@@ -179,6 +179,10 @@ impl Launch for ProcessLaunch {
         Box::pin(async move {
             let outcome = process::run(spec, cancel, |_| {}).await;
             close_socket(&*sockets, &users, &owner);
+            // Durable before the outcome is stored, as on one machine.
+            if let Some(log) = log.clone() {
+                super::scheduler::sync_step_log(log).await;
+            }
             let log = log.filter(|p| p.exists()).map(|p| p.display().to_string());
             (outcome, log)
         })

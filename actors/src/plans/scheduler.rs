@@ -892,7 +892,10 @@ impl SchedulerState {
         step.stdout_tail.clear();
         step.stderr_tail.clear();
         let dir = plan_log_dir(&log_dir, plan);
-        let log_path = std::fs::create_dir_all(&dir)
+        // The plan's folder (and `logs/` on a first plan) is durable
+        // before its step runs: a log a client may read must not vanish
+        // with its folder in a power cut.
+        let log_path = crate::durable::create_dir_all_synced(&dir)
             .ok()
             .map(|_| step_log_path(&log_dir, plan, &step.id));
         step.has_log = log_path.is_some() && agent.is_none();
@@ -930,6 +933,7 @@ impl SchedulerState {
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         ap.running.insert(step_id.clone(), Some(cancel_tx));
+        let synced_log = spec.log_path.clone();
         let me = myself.clone();
         let runtime = tokio::runtime::Handle::current();
         Some(Box::new(move |synced| {
@@ -964,6 +968,11 @@ impl SchedulerState {
                         .await
                     }
                 };
+                // The log and its name are on disk before the step's end
+                // is stored (and so before anyone is told of it).
+                if let Some(log) = synced_log {
+                    sync_step_log(log).await;
+                }
                 let _ = me.cast(SchedulerMsg::StepFinished {
                     plan,
                     step: step_id,
@@ -1145,6 +1154,25 @@ impl SchedulerState {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Makes a finished step's log durable: the file, and its name in the
+/// plan's folder. Off the async thread: a sync may wait on the disk.
+pub(super) async fn sync_step_log(log: std::path::PathBuf) {
+    let result = tokio::task::spawn_blocking(move || {
+        if !log.exists() {
+            return Ok(());
+        }
+        crate::durable::sync_file(&log)
+            .and_then(|()| crate::durable::sync_parent(&log))
+            .map_err(|e| format!("cannot sync step log {}: {e}", log.display()))
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("{e}; a power cut now may lose it (check the disk)"),
+        Err(e) => tracing::warn!("step log sync did not finish: {e}"),
     }
 }
 
