@@ -235,6 +235,29 @@ mod tests {
         assert_eq!(watch.watched(), 1);
     }
 
+    #[test]
+    fn a_new_scope_folder_is_synced_up_to_the_folder_that_was_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let dir = scope(&root.join("projects/p1"));
+        dir.write(&req("build", "how the project builds")).unwrap();
+        // A power cut must not take the new folders, and the entry with
+        // them: each is synced, and the one above the first created.
+        let synced = crate::durable::synced_under(&root);
+        for d in [
+            root.clone(),
+            root.join("projects"),
+            root.join("projects/p1"),
+            root.join("projects/p1/memory"),
+        ] {
+            assert!(
+                synced.contains(&d),
+                "{} not synced: {synced:?}",
+                d.display()
+            );
+        }
+    }
+
     fn hand_edits_are_seen(mut cache: Cache) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = scope(tmp.path());
