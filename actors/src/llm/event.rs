@@ -159,6 +159,29 @@ pub struct Assembled {
 }
 
 impl Assembled {
+    /// Gives call `n` (counted from 0 in call order) the id `id`, in
+    /// `tool_calls` and in `content` alike. The provider's ids are not
+    /// unique everywhere (some servers send `call_0` for every call): the
+    /// session replaces those it cannot use before storing the reply.
+    pub fn set_call_id(&mut self, n: usize, id: String) {
+        let Some(call) = self.tool_calls.get_mut(n) else {
+            return;
+        };
+        // Content holds the calls' blocks in the same order as `tool_calls`.
+        let block = self
+            .content
+            .iter_mut()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, .. } => Some(id),
+                _ => None,
+            })
+            .nth(n);
+        if let Some(block_id) = block {
+            block_id.clone_from(&id);
+        }
+        call.id = id;
+    }
+
     /// The assistant message to append to the transcript.
     pub fn to_message(&self) -> Message {
         Message {
@@ -319,6 +342,20 @@ impl Assembler {
                 fragment: fragment.to_string(),
             });
         }
+    }
+
+    /// Whether call `index` has a name and arguments that are a whole
+    /// JSON value: a server that sends neither index nor a new id can only
+    /// be starting another call when a name comes after that.
+    pub(crate) fn tool_is_whole(&self, index: usize) -> bool {
+        self.tools.get(index).is_some_and(|t| {
+            let args = if t.args.trim().is_empty() {
+                t.initial.as_deref().unwrap_or("")
+            } else {
+                &t.args
+            };
+            !t.name.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(args).is_ok()
+        })
     }
 
     pub(crate) fn has_tool_calls(&self) -> bool {

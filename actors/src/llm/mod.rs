@@ -84,6 +84,10 @@
 //! - The API key is read at request time and appears in no log, error,
 //!   event or Debug output.
 //! - Dropping an [`LlmStream`] drops the HTTP connection at once.
+//! - Tool-call ids in an [`Assembled`] are the provider's (a missing one is
+//!   made up) and need not be unique: some servers send `call_0` for every
+//!   call. The session gives each call an id of its own before storing it
+//!   (`session::normalize::CallIds`); requests send the stored ids.
 //!
 //! Anthropic `redacted_thinking` blocks are kept opaque and sent back
 //! unchanged to Anthropic; other providers never see them.

@@ -315,9 +315,16 @@ impl Decoder {
             let server_index = match (call.index, self.last_call) {
                 (Some(i), _) => i,
                 // No index: a new id opens a new call; no id, or the same
-                // id repeated, continues the last one.
+                // id repeated, continues the last one, unless that call is
+                // whole and a name comes (parallel calls all sent as
+                // `call_0`, each in one chunk).
                 (None, Some(last))
-                    if call.id.is_none() || call.id.as_deref() == self.last_id.as_deref() =>
+                    if (call.id.is_none() || call.id.as_deref() == self.last_id.as_deref())
+                        && !(name.is_some()
+                            && self
+                                .calls
+                                .get(&last)
+                                .is_some_and(|&i| self.asm.tool_is_whole(i))) =>
                 {
                     last
                 }

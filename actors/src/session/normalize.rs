@@ -11,8 +11,12 @@
 //! 1. [`repair_pairing`]: every tool call is answered exactly once, in call
 //!    order, at the head of the user message right after the assistant
 //!    message(s) that made it; a call without a result gets a synthetic
-//!    error result; duplicate calls, duplicate results, orphan results and
-//!    blocks in the wrong role are dropped.
+//!    error result; duplicate results, orphan results and blocks in the
+//!    wrong role are dropped. A call is never dropped: a call whose id an
+//!    earlier call already has (servers that send `call_0` for every call,
+//!    transcripts stored before flyto made ids unique) or that a provider
+//!    would reject gets a new id, and so do its results (matched in order
+//!    within the turn), so every round the model made is sent back.
 //! 2. [`drop_empty`]: empty and whitespace-only text blocks go, then
 //!    messages left with no block.
 //! 3. [`merge_roles`]: consecutive same-role messages become one, tool
@@ -23,7 +27,7 @@
 //! The output always passes [`check`], and normalizing it again changes
 //! nothing (both are property-tested below).
 
-use crate::llm::{Block, Message, Role};
+use crate::llm::{Assembled, Block, Message, Role};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -39,8 +43,9 @@ pub const LEADING_PLACEHOLDER: &str = "[earlier messages omitted]";
 /// already passed [`check`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
-    /// Tool calls whose id had already been used by an earlier call.
-    pub duplicate_calls_dropped: usize,
+    /// Tool calls sent under a new id: an earlier call had theirs, or it
+    /// was empty or held characters a provider rejects.
+    pub call_ids_renamed: usize,
     /// Tool calls in user messages and tool results in assistant messages.
     pub misplaced_blocks_dropped: usize,
     /// Second and later results for the same call.
@@ -72,7 +77,7 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts = [
-            ("duplicate calls dropped", self.duplicate_calls_dropped),
+            ("call ids renamed", self.call_ids_renamed),
             ("misplaced blocks dropped", self.misplaced_blocks_dropped),
             ("duplicate results dropped", self.duplicate_results_dropped),
             ("orphan results dropped", self.orphan_results_dropped),
@@ -110,7 +115,7 @@ pub fn normalize(messages: Vec<Message>) -> (Vec<Message>, Report) {
 
 /// Validates what providers require of a message list: roles alternate,
 /// starting with the user; no message is empty and no text block is blank;
-/// tool calls only in assistant messages, with unique ids; the user message
+/// tool calls only in assistant messages, with unique [`portable_id`]s; the user message
 /// right after an assistant message starts with exactly one result per call,
 /// in call order; no other tool result anywhere. The error names the first
 /// message (by index) that breaks a rule.
@@ -140,6 +145,11 @@ pub fn check(messages: &[Message]) -> Result<(), String> {
                 for block in &m.content {
                     match block {
                         Block::ToolUse { id, .. } => {
+                            if !portable_id(id) {
+                                return Err(format!(
+                                    "message {i}: call id `{id}` is empty or has characters a provider rejects"
+                                ));
+                            }
                             if !call_ids.insert(id.as_str()) {
                                 return Err(format!("message {i}: call id `{id}` used twice"));
                             }
@@ -207,14 +217,109 @@ fn synthetic_result(call_id: &str) -> Block {
     }
 }
 
+/// Whether `id` may go to every provider as a call id: Anthropic accepts
+/// only ASCII letters, digits, `_` and `-`, and no provider an empty id.
+pub fn portable_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `base` made portable, then suffixed `_2`, `_3`… until it is in neither
+/// set.
+fn fresh_id(base: &str, used: &HashSet<String>, reserved: &HashSet<String>) -> String {
+    let mut base: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if base.is_empty() {
+        base = "call".into();
+    }
+    let free = |id: &String| !used.contains(id) && !reserved.contains(id);
+    if free(&base) {
+        return base;
+    }
+    (2u64..)
+        .map(|k| format!("{base}_{k}"))
+        .find(free)
+        .unwrap_or(base)
+}
+
+/// The call ids of a session's transcript, so that every call it stores
+/// gets an id of its own. Provider ids are not to be trusted: some servers
+/// send `call_0` for every call, restart their count each response, send
+/// the same id for two parallel calls, or none at all. A stored id that
+/// repeats an earlier one makes the round ambiguous to the provider and to
+/// everything keyed by call id (events, approvals, the repeat guard), so
+/// the session gives such a call a new id before it stores or runs it.
+///
+/// No provider needs its own id back (chat completions and Messages only
+/// require that a result names a call of the same request), so the
+/// transcript keeps one id per call and the request sends it in both the
+/// call and its result.
+#[derive(Debug, Default)]
+pub struct CallIds {
+    taken: HashSet<String>,
+}
+
+impl CallIds {
+    /// Notes the ids of the calls in `messages` as taken.
+    pub fn record(&mut self, messages: &[Message]) {
+        for m in messages {
+            for b in &m.content {
+                if let Block::ToolUse { id, .. } = b {
+                    self.taken.insert(id.clone());
+                }
+            }
+        }
+    }
+
+    /// Gives each call of `reply` an id no recorded call has: the
+    /// provider's when it is [`portable_id`] and unused, else one made
+    /// from `scope` (which must name this reply, such as the session and
+    /// the index the reply will be stored at) and the call's position.
+    /// Returns how many calls got a new id.
+    pub fn assign(&mut self, reply: &mut Assembled, scope: &str) -> usize {
+        let mut renamed = 0;
+        let none = HashSet::new();
+        for n in 0..reply.tool_calls.len() {
+            let id = &reply.tool_calls[n].id;
+            if portable_id(id) && !self.taken.contains(id) {
+                self.taken.insert(id.clone());
+                continue;
+            }
+            let new = fresh_id(&format!("call_{scope}_{n}"), &self.taken, &none);
+            tracing::debug!(provider_id = %id, id = %new, "tool call renamed: its id is taken or not portable");
+            self.taken.insert(new.clone());
+            reply.set_call_id(n, new);
+            renamed += 1;
+        }
+        renamed
+    }
+}
+
 /// Stage 1. Consecutive assistant messages count as one turn (stage 3 will
 /// merge them), and the user messages after them up to the next assistant
 /// message are its answer: the turn's results are gathered from all of them
 /// and put, in call order, at the head of the first one, or in a new user
 /// message when there is none. A result found anywhere else answers nothing
-/// the model can still see and is dropped.
+/// the model can still see and is dropped. A call whose id is taken by an
+/// earlier call, or is not [`portable_id`], is sent under a new id, and the
+/// results naming its old id answer the turn's calls of that id in order.
 pub fn repair_pairing(messages: Vec<Message>, report: &mut Report) -> Vec<Message> {
-    let messages = drop_bad_calls(messages, report);
+    let messages = drop_misplaced(messages, report);
+    // New ids must not take the id of a later call either.
+    let mut stored = CallIds::default();
+    stored.record(&messages);
+    let reserved = stored.taken;
+    let mut used: HashSet<String> = HashSet::new();
     let mut out = Vec::with_capacity(messages.len() + 1);
     let mut iter = messages.into_iter().peekable();
     // No call precedes the leading user messages: their results are orphans.
@@ -222,12 +327,21 @@ pub fn repair_pairing(messages: Vec<Message>, report: &mut Report) -> Vec<Messag
         out.extend(answer_turn(&[], vec![m], report));
     }
     while iter.peek().is_some() {
-        let mut calls: Vec<String> = Vec::new();
-        while let Some(m) = iter.next_if(|m| m.role == Role::Assistant) {
-            calls.extend(m.content.iter().filter_map(|b| match b {
-                Block::ToolUse { id, .. } => Some(id.clone()),
-                _ => None,
-            }));
+        // (id as stored, id as sent), in call order.
+        let mut calls: Vec<(String, String)> = Vec::new();
+        while let Some(mut m) = iter.next_if(|m| m.role == Role::Assistant) {
+            for b in &mut m.content {
+                if let Block::ToolUse { id, .. } = b {
+                    let sent = if portable_id(id) && !used.contains(id.as_str()) {
+                        id.clone()
+                    } else {
+                        report.call_ids_renamed += 1;
+                        fresh_id(id, &used, &reserved)
+                    };
+                    used.insert(sent.clone());
+                    calls.push((std::mem::replace(id, sent.clone()), sent));
+                }
+            }
             out.push(m);
         }
         let mut users = Vec::new();
@@ -239,20 +353,12 @@ pub fn repair_pairing(messages: Vec<Message>, report: &mut Report) -> Vec<Messag
     out
 }
 
-/// Drops tool calls whose id was already used (keeping the first) and blocks
-/// in the wrong role, so that later steps can rely on unique ids.
-fn drop_bad_calls(mut messages: Vec<Message>, report: &mut Report) -> Vec<Message> {
-    let mut seen: HashSet<String> = HashSet::new();
+/// Drops blocks in the wrong role: calls in user messages, results in
+/// assistant messages.
+fn drop_misplaced(mut messages: Vec<Message>, report: &mut Report) -> Vec<Message> {
     for m in &mut messages {
         let role = m.role;
         m.content.retain(|b| match (b, role) {
-            (Block::ToolUse { id, .. }, Role::Assistant) => {
-                let first = seen.insert(id.clone());
-                if !first {
-                    report.duplicate_calls_dropped += 1;
-                }
-                first
-            }
             (Block::ToolUse { .. }, Role::User) | (Block::ToolResult { .. }, Role::Assistant) => {
                 report.misplaced_blocks_dropped += 1;
                 false
@@ -263,32 +369,50 @@ fn drop_bad_calls(mut messages: Vec<Message>, report: &mut Report) -> Vec<Messag
     messages
 }
 
-/// Rebuilds the user messages answering `calls` (ids in call order).
-fn answer_turn(calls: &[String], users: Vec<Message>, report: &mut Report) -> Vec<Message> {
+/// Rebuilds the user messages answering `calls` ((stored id, sent id) in
+/// call order). A result answers the first call of its id not yet
+/// answered, and is sent under that call's id.
+fn answer_turn(
+    calls: &[(String, String)],
+    users: Vec<Message>,
+    report: &mut Report,
+) -> Vec<Message> {
     let mut answers: Vec<Option<Block>> = vec![None; calls.len()];
     // Whether every kept result already sits where it will end up: at the
-    // head of the first user message, in call order.
+    // head of the first user message, in call order, under its sent id.
     let mut in_place = true;
     let mut last_answered: Option<usize> = None;
     let mut rebuilt = Vec::with_capacity(users.len());
     for (u, m) in users.into_iter().enumerate() {
         let mut kept = Vec::with_capacity(m.content.len());
         for block in m.content {
-            let Block::ToolResult { call_id, .. } = &block else {
+            let Block::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } = block
+            else {
                 kept.push(block);
                 continue;
             };
-            match calls.iter().position(|c| c == call_id) {
-                Some(k) if answers[k].is_none() => {
+            let open = (0..calls.len()).find(|&k| calls[k].0 == call_id && answers[k].is_none());
+            match open {
+                Some(k) => {
                     // `kept` holds only non-result blocks, so a non-empty
                     // `kept` means other content came first.
                     if u != 0 || !kept.is_empty() || last_answered.is_some_and(|l| l > k) {
                         in_place = false;
                     }
                     last_answered = Some(k);
-                    answers[k] = Some(block);
+                    answers[k] = Some(Block::ToolResult {
+                        call_id: calls[k].1.clone(),
+                        content,
+                        is_error,
+                    });
                 }
-                Some(_) => report.duplicate_results_dropped += 1,
+                None if calls.iter().any(|(stored, _)| *stored == call_id) => {
+                    report.duplicate_results_dropped += 1;
+                }
                 None => report.orphan_results_dropped += 1,
             }
         }
@@ -306,7 +430,7 @@ fn answer_turn(calls: &[String], users: Vec<Message>, report: &mut Report) -> Ve
     let results: Vec<Block> = calls
         .iter()
         .zip(answers)
-        .map(|(id, answer)| {
+        .map(|((_, id), answer)| {
             answer.unwrap_or_else(|| {
                 report.synthetic_results += 1;
                 synthetic_result(id)
@@ -506,35 +630,212 @@ mod tests {
         assert_eq!(r.duplicate_results_dropped, 2);
     }
 
-    #[test]
-    fn duplicate_call_ids_keep_the_first_call_and_drop_later_results() {
-        let x = vec![
-            user(vec![text("go")]),
-            asst(vec![call("a")]),
-            user(vec![res("a")]),
-            asst(vec![call("a"), call("b")]),
-            user(vec![res("a"), res("b")]),
-        ];
-        let (y, r) = normalize(x);
-        assert_eq!(r.duplicate_calls_dropped, 1);
-        assert_eq!(r.orphan_results_dropped, 1);
-        assert_eq!(y[3], asst(vec![call("b")]));
-        assert_eq!(y[4], user(vec![res("b")]));
-        assert_eq!(check(&y), Ok(()));
+    fn call_named(id: &str, args: &str) -> Block {
+        Block::ToolUse {
+            id: id.into(),
+            name: "bash".into(),
+            arguments_json: args.into(),
+        }
+    }
+    fn res_text(id: &str, content: &str) -> Block {
+        Block::ToolResult {
+            call_id: id.into(),
+            content: content.into(),
+            is_error: false,
+        }
     }
 
     #[test]
-    fn same_id_twice_in_one_message_keeps_one_call_and_one_result() {
+    fn a_reused_call_id_renames_the_later_call_and_keeps_its_round() {
+        // A server that restarts its count each response: both rounds are
+        // `call_0`. Before, the second round was dropped as a duplicate and
+        // the model, not seeing it, made the call again.
+        let x = vec![
+            user(vec![text("go")]),
+            asst(vec![call_named("call_0", "1")]),
+            user(vec![res_text("call_0", "r1")]),
+            asst(vec![call_named("call_0", "2"), call_named("call_1", "3")]),
+            user(vec![res_text("call_0", "r2"), res_text("call_1", "r3")]),
+        ];
+        let (y, r) = normalize(x);
+        assert_eq!(check(&y), Ok(()));
+        assert_eq!(r.call_ids_renamed, 1);
+        assert_eq!((r.orphan_results_dropped, r.synthetic_results), (0, 0));
+        assert_eq!(y[1], asst(vec![call_named("call_0", "1")]));
+        assert_eq!(y[2], user(vec![res_text("call_0", "r1")]));
+        assert_eq!(
+            y[3],
+            asst(vec![call_named("call_0_2", "2"), call_named("call_1", "3")])
+        );
+        assert_eq!(
+            y[4],
+            user(vec![res_text("call_0_2", "r2"), res_text("call_1", "r3")])
+        );
+    }
+
+    #[test]
+    fn parallel_calls_sharing_one_id_are_answered_in_order() {
+        let x = vec![
+            user(vec![text("go")]),
+            asst(vec![call_named("call_0", "a"), call_named("call_0", "b")]),
+            user(vec![res_text("call_0", "ra"), res_text("call_0", "rb")]),
+        ];
+        let (y, r) = normalize(x);
+        assert_eq!(check(&y), Ok(()));
+        assert_eq!(r.call_ids_renamed, 1);
+        assert_eq!(r.duplicate_results_dropped, 0);
+        assert_eq!(
+            y[1],
+            asst(vec![call_named("call_0", "a"), call_named("call_0_2", "b")])
+        );
+        assert_eq!(
+            y[2],
+            user(vec![res_text("call_0", "ra"), res_text("call_0_2", "rb")])
+        );
+    }
+
+    #[test]
+    fn a_new_id_takes_no_id_a_later_call_has() {
         let x = vec![
             user(vec![text("go")]),
             asst(vec![call("a"), call("a")]),
             user(vec![res("a"), res("a")]),
+            asst(vec![call("a_2")]),
+            user(vec![res("a_2")]),
         ];
         let (y, r) = normalize(x);
-        assert_eq!(y[1], asst(vec![call("a")]));
-        assert_eq!(y[2], user(vec![res("a")]));
-        assert_eq!(r.duplicate_calls_dropped, 1);
+        assert_eq!(check(&y), Ok(()));
+        assert_eq!(r.call_ids_renamed, 1);
+        assert_eq!(y[1], asst(vec![call("a"), call("a_3")]));
+        assert_eq!(y[3], asst(vec![call("a_2")]));
+    }
+
+    #[test]
+    fn empty_and_unportable_ids_are_renamed_with_their_results() {
+        let x = vec![
+            user(vec![text("go")]),
+            asst(vec![
+                call_named("", "1"),
+                call_named("functions.bash:0", "2"),
+            ]),
+            user(vec![res_text("", "r1"), res_text("functions.bash:0", "r2")]),
+        ];
+        assert!(check(&x).is_err());
+        let (y, r) = normalize(x);
+        assert_eq!(check(&y), Ok(()));
+        assert_eq!(r.call_ids_renamed, 2);
+        assert_eq!(
+            y[1],
+            asst(vec![
+                call_named("call", "1"),
+                call_named("functions_bash_0", "2")
+            ])
+        );
+        assert_eq!(
+            y[2],
+            user(vec![
+                res_text("call", "r1"),
+                res_text("functions_bash_0", "r2")
+            ])
+        );
+    }
+
+    #[test]
+    fn an_extra_result_for_a_shared_id_is_a_duplicate() {
+        let x = vec![
+            user(vec![text("go")]),
+            asst(vec![call("a"), call("a")]),
+            user(vec![res("a"), res("a"), res("a")]),
+        ];
+        let (y, r) = normalize(x);
+        assert_eq!(check(&y), Ok(()));
         assert_eq!(r.duplicate_results_dropped, 1);
+        assert_eq!(y[2].content.len(), 2);
+    }
+
+    fn reply_with_calls(ids: &[&str]) -> Assembled {
+        let calls: Vec<crate::llm::ToolCall> = ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| crate::llm::ToolCall {
+                id: (*id).into(),
+                name: "bash".into(),
+                arguments_json: format!("{{\"n\":{n}}}"),
+            })
+            .collect();
+        let mut content = vec![text("on it")];
+        content.extend(calls.iter().map(|c| Block::ToolUse {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            arguments_json: c.arguments_json.clone(),
+        }));
+        Assembled {
+            content,
+            text: "on it".into(),
+            reasoning: String::new(),
+            reasoning_signature: None,
+            refusal: String::new(),
+            tool_calls: calls,
+            stop_reason: crate::llm::StopReason::ToolUse,
+            usage: None,
+            profile: "fake".into(),
+            cost: 0.0,
+        }
+    }
+
+    fn ids_of(reply: &Assembled) -> (Vec<String>, Vec<String>) {
+        let calls = reply.tool_calls.iter().map(|c| c.id.clone()).collect();
+        let blocks = reply
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        (calls, blocks)
+    }
+
+    #[test]
+    fn assign_keeps_unused_provider_ids_and_renames_the_rest() {
+        let mut ids = CallIds::default();
+        ids.record(&[asst(vec![call("call_0")])]);
+        // Restarted count, a repeat inside the response, an empty id and
+        // one Anthropic would reject.
+        let mut reply = reply_with_calls(&["call_0", "call_1", "call_1", "", "a.b:1", "toolu_x"]);
+        assert_eq!(ids.assign(&mut reply, "s7m4"), 4);
+        let want: Vec<String> = [
+            "call_s7m4_0",
+            "call_1",
+            "call_s7m4_2",
+            "call_s7m4_3",
+            "call_s7m4_4",
+            "toolu_x",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(ids_of(&reply), (want.clone(), want));
+        // The message stored is the renamed one, and passes check.
+        let x = vec![
+            user(vec![text("go")]),
+            reply.to_message(),
+            user(
+                reply
+                    .tool_calls
+                    .iter()
+                    .map(|c| res_text(&c.id, "ok"))
+                    .collect(),
+            ),
+        ];
+        assert_eq!(check(&x), Ok(()));
+        // The next response reusing every id again gets new ones too.
+        let mut again = reply_with_calls(&["call_0", "call_1"]);
+        assert_eq!(ids.assign(&mut again, "s7m6"), 2);
+        assert_eq!(ids_of(&again).0, ["call_s7m6_0", "call_s7m6_1"]);
+        // Even a made-up id someone already has is not given twice.
+        let mut clash = reply_with_calls(&["call_0"]);
+        assert_eq!(ids.assign(&mut clash, "s7m6"), 1);
+        assert_eq!(ids_of(&clash).0, ["call_s7m6_0_2"]);
     }
 
     #[test]
@@ -771,9 +1072,12 @@ mod tests {
     // ---- properties ----
 
     /// Random transcripts with no structure at all: any role, any block,
-    /// ids from a small pool so that duplicates and stray results are common.
+    /// ids from a small pool so that duplicates and stray results are
+    /// common, some of them empty or unportable. Each call's arguments are
+    /// its own, so that the calls can be told apart after renaming.
     fn chaotic(rng: &mut StdRng) -> Vec<Message> {
-        let ids = ["a", "b", "c", "d", "e"];
+        let ids = ["a", "b", "c", "d", "e", "a_2", "", "x.y"];
+        let mut n = 0;
         let texts = ["", " ", "\n\t", "hello", "ok", " x "];
         (0..rng.gen_range(0..10))
             .map(|_| {
@@ -786,7 +1090,10 @@ mod tests {
                     .map(|_| {
                         let id = ids[rng.gen_range(0..ids.len())];
                         match rng.gen_range(0..5) {
-                            0 => call(id),
+                            0 => {
+                                n += 1;
+                                call_named(id, &n.to_string())
+                            }
                             1 => res(id),
                             2 => Block::Thinking {
                                 text: "hmm".into(),
@@ -894,13 +1201,17 @@ mod tests {
             .collect()
     }
 
-    fn call_ids_of(x: &[Message]) -> Vec<String> {
-        let mut seen = HashSet::new();
+    /// Every call the assistant made: (name, arguments), in order.
+    fn calls_of(x: &[Message]) -> Vec<(String, String)> {
         x.iter()
             .filter(|m| m.role == Role::Assistant)
             .flat_map(|m| &m.content)
             .filter_map(|b| match b {
-                Block::ToolUse { id, .. } if seen.insert(id.clone()) => Some(id.clone()),
+                Block::ToolUse {
+                    name,
+                    arguments_json,
+                    ..
+                } => Some((name.clone(), arguments_json.clone())),
                 _ => None,
             })
             .collect()
@@ -925,10 +1236,10 @@ mod tests {
             assert!(r2.is_clean(), "case {case}: second pass reported {r2}");
             assert_eq!(check(&x).is_ok(), r.is_clean(), "case {case}: {x:#?}");
             // Nothing meaningful is lost: every non-blank text and every
-            // first call survives, in order.
+            // call survives, in order, whatever its id.
             assert_eq!(texts_of(&y), texts_of(&x), "case {case}");
-            assert_eq!(call_ids_of(&y), call_ids_of(&x), "case {case}");
-            total.duplicate_calls_dropped += r.duplicate_calls_dropped;
+            assert_eq!(calls_of(&y), calls_of(&x), "case {case}");
+            total.call_ids_renamed += r.call_ids_renamed;
             total.misplaced_blocks_dropped += r.misplaced_blocks_dropped;
             total.duplicate_results_dropped += r.duplicate_results_dropped;
             total.orphan_results_dropped += r.orphan_results_dropped;
@@ -941,7 +1252,7 @@ mod tests {
         }
         // The generators exercise every repair.
         let counts = [
-            total.duplicate_calls_dropped,
+            total.call_ids_renamed,
             total.misplaced_blocks_dropped,
             total.duplicate_results_dropped,
             total.orphan_results_dropped,
@@ -969,19 +1280,37 @@ mod tests {
             x.truncate(i + 1);
             let (y, _) = normalize(x.clone());
             assert_eq!(check(&y), Ok(()));
-            let earlier: HashSet<String> = call_ids_of(&x[..i]).into_iter().collect();
-            let cut_calls = x[i].content.iter().filter_map(|b| match b {
-                Block::ToolUse { id, .. } if !earlier.contains(id) => Some(id),
-                _ => None,
-            });
-            for id in cut_calls {
+            let cut = x[i]
+                .content
+                .iter()
+                .filter(|b| matches!(b, Block::ToolUse { .. }))
+                .count();
+            if cut == 0 {
+                continue;
+            }
+            // Every call of the cut message, even one whose id an earlier
+            // call has, is still there (the last ones of the merged last
+            // assistant message) and answered synthetically.
+            let [.., calls, answers] = y.as_slice() else {
+                panic!("{y:#?}")
+            };
+            let ids: Vec<&String> = calls
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolUse { id, .. } => Some(id),
+                    _ => None,
+                })
+                .collect();
+            assert!(ids.len() >= cut, "{x:#?}");
+            for id in &ids[ids.len() - cut..] {
                 seen += 1;
-                let answer = y.iter().flat_map(|m| &m.content).find_map(|b| match b {
+                let answer = answers.content.iter().find_map(|b| match b {
                     Block::ToolResult {
                         call_id,
                         content,
                         is_error,
-                    } if call_id == id => Some((content.as_str(), *is_error)),
+                    } if call_id == *id => Some((content.as_str(), *is_error)),
                     _ => None,
                 });
                 assert_eq!(answer, Some((MISSING_RESULT, true)), "{x:#?}");

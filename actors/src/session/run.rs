@@ -7,7 +7,7 @@ use super::SessionDeps;
 use super::approval::{Approvals, RunApprover};
 use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
-use super::normalize::normalize;
+use super::normalize::{CallIds, normalize};
 use super::orchestrator::{OrchestratorEvent, run_calls};
 use super::subagent::{AGENT_TOOL, AgentTool, Parent};
 use crate::hooks::{HookEnv, HookEvent, Hooks};
@@ -474,6 +474,9 @@ async fn drive(
     let models = deps.models();
     let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
     let mut window: Vec<Message> = context::load_window(deps, rec)?;
+    // Ids the provider reuses are replaced before a reply is stored.
+    let mut call_ids = CallIds::default();
+    call_ids.record(&window);
     let workdir = std::fs::canonicalize(&rec.workdir).map_err(|e| {
         format!(
             "the session workdir {} is not usable ({e}): create it or start a new session",
@@ -762,7 +765,10 @@ async fn drive(
             });
         }
         match check.run(rec, force, &mut flags).await {
-            Checked::Go { compacted: true } => window = context::load_window(deps, rec)?,
+            Checked::Go { compacted: true } => {
+                window = context::load_window(deps, rec)?;
+                call_ids.record(&window);
+            }
             Checked::Go { compacted: false } | Checked::GoWithout | Checked::Nothing => {}
             Checked::Cancelled => return Ok(Stop::Cancelled),
             Checked::Stop { stop, message } => return Ok(Stop::Done { stop, message }),
@@ -794,7 +800,10 @@ async fn drive(
             });
         }
         force = false;
-        let (messages, _report) = normalize(window.clone());
+        let (messages, report) = normalize(window.clone());
+        if !report.is_clean() {
+            tracing::debug!(session = %format_id(rec.id), %report, "the window was repaired for the request");
+        }
         let request = ChatRequest {
             system: system.clone(),
             messages,
@@ -804,7 +813,7 @@ async fn drive(
         emit.emit(SessionEvent::LlmStart {
             model: route.primary.name.clone(),
         });
-        let response = match stream_one(deps, &route, request, cancel, emit).await {
+        let mut response = match stream_one(deps, &route, request, cancel, emit).await {
             StreamOutcome::Done(a) => *a,
             StreamOutcome::Cancelled => return Ok(Stop::Cancelled),
             StreamOutcome::Failed(LlmError::PromptTooLong { .. }) if !forced => {
@@ -826,6 +835,9 @@ async fn drive(
             cost_usd: response.cost,
         });
         let new_text = !response.text.trim().is_empty();
+        // Before the calls are stored, announced or run: everything after
+        // (events, approvals, results, the repeat guard) sees one id per call.
+        call_ids.assign(&mut response, &format!("s{}m{}", rec.id, rec.next_idx));
         append(deps, rec, &mut window, vec![response.to_message()])?;
         context::count_usage(rec, &usage);
 

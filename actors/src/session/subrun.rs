@@ -103,6 +103,8 @@ pub async fn run(llm: &LlmClient, route: &Route, sub: SubRun) -> SubRunOutcome {
 async fn turns(llm: &LlmClient, route: &Route, sub: &SubRun, out: &mut SubRunOutcome) {
     let tools = specs(&sub.tools, &sub.ctx);
     let mut messages = vec![Message::user_text(sub.task.clone())];
+    // Each result must name its own call even when the server reuses ids.
+    let mut call_ids = super::normalize::CallIds::default();
     loop {
         if out.model_calls >= sub.max_calls {
             out.end = SubRunEnd::OutOfCalls;
@@ -126,7 +128,7 @@ async fn turns(llm: &LlmClient, route: &Route, sub: &SubRun, out: &mut SubRunOut
                 return;
             }
         };
-        let reply = match reply {
+        let mut reply = match reply {
             Ok(r) => r,
             Err(e) => {
                 out.end = SubRunEnd::Failed(e.to_string());
@@ -137,6 +139,7 @@ async fn turns(llm: &LlmClient, route: &Route, sub: &SubRun, out: &mut SubRunOut
             out.usage.add(u);
         }
         out.cost += reply.cost;
+        call_ids.assign(&mut reply, &format!("r{}", messages.len()));
         messages.push(reply.to_message());
         // Some servers end a turn with tool calls and `stop`: the calls win.
         if reply.tool_calls.is_empty() {

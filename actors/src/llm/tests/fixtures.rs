@@ -459,6 +459,46 @@ async fn tool_calls_without_index() {
     );
 }
 
+/// A server without indexes that gives parallel calls one id (`call_0`
+/// each, every call whole in its chunk) makes separate calls; a call whose
+/// fragments all repeat its id and name is still one call.
+#[tokio::test]
+async fn parallel_calls_sharing_an_id_without_index_stay_apart() {
+    let call = |id: &str, name: &str, args: &str| {
+        let c = serde_json::json!({"id": id, "function": {"name": name, "arguments": args}});
+        let chunk = serde_json::json!({"choices": [{"delta": {"tool_calls": [c]}}]});
+        format!("data: {chunk}\n\n")
+    };
+    let body = [
+        call("call_0", "append", r#"{"line":"a"}"#),
+        call("call_0", "append", r#"{"line":"b"}"#),
+        call("call_0", "read", r#"{"path":"#),
+        call("call_0", "read", r#""x"}"#),
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat()
+    .into_bytes();
+    for at in 1..body.len() {
+        let (_, res) = decode_pieces(Api::Openai, split_at(&body, &[at])).await;
+        let a = res.unwrap_or_else(|e| panic!("split at {at}: {e}"));
+        let calls: Vec<(&str, &str, &str)> = a
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments_json.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("call_0", "append", r#"{"line":"a"}"#),
+                ("call_0", "append", r#"{"line":"b"}"#),
+                ("call_0", "read", r#"{"path":"x"}"#),
+            ],
+            "split at {at}"
+        );
+    }
+}
+
 /// A `redacted_thinking` block is kept, in its place and unchanged,
 /// however the bytes are split.
 #[tokio::test]
