@@ -6,8 +6,12 @@
 //! arrival order, and every one is checked for the tool-call protocol: a
 //! `role: "tool"` message must answer a call of the assistant message right
 //! before it, and every call must be answered before the next
-//! assistant/user turn. [`FakeLlm::assert_protocol_ok`] fails the test
-//! listing what was wrong.
+//! assistant/user turn, and no two calls of a request share an id.
+//! [`FakeLlm::assert_protocol_ok`] fails the test listing what was wrong.
+//!
+//! [`FakeLlm::set_call_ids`] makes it name its tool calls the way servers
+//! whose ids cannot be trusted do: `call_0` for every call, a count that
+//! restarts each response, no id at all, or `call_0` without an index.
 //!
 //! ```no_run
 //! use flyto_tests::fake_llm::{FakeLlm, Reply};
@@ -38,6 +42,62 @@ pub const DEFAULT_USAGE: (u64, u64) = (1000, 50);
 /// How long a [`Reply::hang`] (or a slow reply) waits at most before the
 /// server gives up on its own, so no thread outlives a test for long.
 const MAX_HANG: Duration = Duration::from_secs(120);
+
+/// How the server names the tool calls it streams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CallIds {
+    /// As the script says.
+    #[default]
+    Scripted,
+    /// `call_0` for every call, parallel ones included.
+    AllCall0,
+    /// `call_0`, `call_1`… counted from 0 in each response.
+    PerResponse,
+    /// No `id` field at all.
+    Missing,
+    /// `call_0` for every call, and no `index` field: a call is told from
+    /// the next only by its name coming again.
+    AllCall0NoIndex,
+}
+
+impl CallIds {
+    /// `data` (one chunk's JSON) with its tool calls named this way.
+    fn apply(self, data: &str) -> String {
+        if self == CallIds::Scripted {
+            return data.to_string();
+        }
+        let Ok(mut chunk) = serde_json::from_str::<Value>(data) else {
+            return data.to_string();
+        };
+        let Some(calls) = chunk["choices"][0]["delta"]["tool_calls"].as_array_mut() else {
+            return data.to_string();
+        };
+        for call in calls {
+            let Some(obj) = call.as_object_mut() else {
+                continue;
+            };
+            let index = obj.get("index").and_then(Value::as_u64).unwrap_or(0);
+            if self == CallIds::AllCall0NoIndex {
+                obj.remove("index");
+            }
+            if obj.contains_key("id") {
+                match self {
+                    CallIds::Scripted => {}
+                    CallIds::AllCall0 | CallIds::AllCall0NoIndex => {
+                        obj.insert("id".into(), "call_0".into());
+                    }
+                    CallIds::PerResponse => {
+                        obj.insert("id".into(), format!("call_{index}").into());
+                    }
+                    CallIds::Missing => {
+                        obj.remove("id");
+                    }
+                }
+            }
+        }
+        chunk.to_string()
+    }
+}
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -273,6 +333,7 @@ struct State {
     violations: Vec<String>,
     /// Gates of [`Reply::held`] the test opened.
     released: HashSet<String>,
+    call_ids: CallIds,
 }
 
 #[derive(Default)]
@@ -329,6 +390,11 @@ impl FakeLlm {
     pub fn push(&self, replies: Vec<Reply>) {
         self.shared.lock().script.extend(replies);
         self.shared.changed.notify_all();
+    }
+
+    /// Names the tool calls of the replies sent from now on `ids`' way.
+    pub fn set_call_ids(&self, ids: CallIds) {
+        self.shared.lock().call_ids = ids;
     }
 
     /// Lets the replies held at `gate` go (now, or as soon as they come).
@@ -441,6 +507,8 @@ fn check_protocol(n: usize, body: &Value, out: &mut Vec<String>) {
         }
     };
     let mut problems = Vec::new();
+    // Every call id of the request: a result must name one call only.
+    let mut all_ids: HashSet<String> = HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         match m["role"].as_str().unwrap_or("") {
             "tool" => {
@@ -465,6 +533,10 @@ fn check_protocol(n: usize, body: &Value, out: &mut Vec<String>) {
                         if id.is_empty() || open.contains(&id) {
                             problems.push(format!(
                                 "request #{n}: message {i} has a tool call with an empty or repeated id {id:?}"
+                            ));
+                        } else if !all_ids.insert(id.clone()) {
+                            problems.push(format!(
+                                "request #{n}: message {i} has a tool call with the id {id:?} of an earlier call"
                             ));
                         }
                         open.push(id);
@@ -615,6 +687,7 @@ fn play(conn: &mut TcpStream, reply: &Reply, shared: &Shared) -> Outcome {
             if *done {
                 tail.push("[DONE]".into());
             }
+            let ids = shared.lock().call_ids;
             let all = events
                 .iter()
                 .cloned()
@@ -625,6 +698,7 @@ fn play(conn: &mut TcpStream, reply: &Reply, shared: &Shared) -> Outcome {
                 {
                     return outcome;
                 }
+                let data = ids.apply(&data);
                 if send(conn, &format!("data: {data}\n\n")).is_err() {
                     return Outcome::HungUp(Instant::now());
                 }
@@ -747,6 +821,39 @@ mod tests {
             {"role": "tool", "tool_call_id": "a", "content": "1"},
         ]));
         assert_eq!(late.len(), 2, "{late:?}");
+        // A reused id makes the second round's result ambiguous.
+        let reused = check(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [call("call_0")]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "1"},
+            {"role": "assistant", "content": null, "tool_calls": [call("call_0")]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "2"},
+        ]));
+        assert_eq!(reused.len(), 1, "{reused:?}");
+        assert!(reused[0].contains("of an earlier call"), "{reused:?}");
+    }
+
+    #[test]
+    fn call_id_modes_rename_the_streamed_calls() {
+        let chunk = |index: u64, id: &str| {
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": index, "id": id, "function": {"name": "bash", "arguments": ""}}
+            ]}}]})
+            .to_string()
+        };
+        let call = |ids: CallIds, index: u64| -> Value {
+            let out: Value = serde_json::from_str(&ids.apply(&chunk(index, "call_x"))).unwrap();
+            out["choices"][0]["delta"]["tool_calls"][0].clone()
+        };
+        assert_eq!(call(CallIds::Scripted, 2)["id"], "call_x");
+        assert_eq!(call(CallIds::AllCall0, 2)["id"], "call_0");
+        assert_eq!(call(CallIds::PerResponse, 2)["id"], "call_2");
+        assert!(call(CallIds::Missing, 2).get("id").is_none());
+        let no_index = call(CallIds::AllCall0NoIndex, 2);
+        assert_eq!(no_index["id"], "call_0");
+        assert!(no_index.get("index").is_none());
+        // Chunks without calls go out as they are.
+        assert_eq!(CallIds::AllCall0.apply("[DONE]"), "[DONE]");
     }
 
     fn post(fake: &FakeLlm, body: &str) -> TcpStream {

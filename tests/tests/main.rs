@@ -20,6 +20,7 @@ macro_rules! on_both_backends {
 }
 
 mod bad_input;
+mod call_ids;
 mod channel_clients;
 mod channel_clients_wx;
 mod channels;
