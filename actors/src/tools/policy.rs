@@ -52,8 +52,20 @@
 //! `allow_builtin`.
 //!
 //! Where a target cannot be known — paths `xargs` or `parallel` read from
-//! their input, a path computed by inline code — a deny-level check asks
-//! instead, and says why. A remote command (`ssh`) is judged as the worst
+//! their input, a path computed by inline code or by the shell (`rm -rf
+//! "$(echo ~)"`, `"$DIR"`, `` `cmd` ``) — a deny-level check asks instead,
+//! and says why; the private `$TMPDIR`, `$PWD` and a guarded `${DIR:?}/x`
+//! count as known. `find` is judged by its start paths and its action
+//! (`-delete`, `-exec rm`, `-exec chmod`), not by where its filters stand.
+//!
+//! `sandbox-escape` refuses what asks a process outside the kernel sandbox
+//! to run something for the agent: a tmux or screen server (any command
+//! but the version: `tmux ls` too, since it reaches the same server), `at`,
+//! `crontab`, `systemd-run`, `run0`, bus method calls, an editor's server,
+//! `xdg-open`, `ssh localhost`; starting or stopping the user's existing
+//! services (`systemctl --user restart app`) is an ask. Code that git or
+//! another program runs from configuration (`git -c core.pager=…`, a `!`
+//! alias, `GIT_SSH_COMMAND=…`) is parsed and judged like `bash -c`. A remote command (`ssh`) is judged as the worst
 //! case: as if the other host's paths were this machine's, relative ones
 //! from the home directory. `--help`/`--version` forms and image files
 //! (`mkfs.ext4 disk.img`) are not refused.
@@ -130,10 +142,15 @@ pub enum Builtin {
     /// A command name, or code given to `bash -c`/`eval`/a heredoc, that is
     /// computed at run time and so cannot be checked.
     DynamicCode,
+    /// Asks a process outside the sandbox to run something: a terminal
+    /// multiplexer's server (`tmux`, `screen`), `at`, `cron`, systemd
+    /// (`systemd-run`, `systemctl --user`), the session bus, an editor's
+    /// server, `ssh localhost`.
+    SandboxEscape,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 8] = [
+    pub const ALL: [Builtin; 9] = [
         Builtin::RecursiveDelete,
         Builtin::RecursivePermissions,
         Builtin::RawDevice,
@@ -142,6 +159,7 @@ impl Builtin {
         Builtin::ForcePush,
         Builtin::DownloadToShell,
         Builtin::DynamicCode,
+        Builtin::SandboxEscape,
     ];
 
     /// The id used in config (`allow_builtin`).
@@ -155,6 +173,7 @@ impl Builtin {
             Builtin::ForcePush => "force-push",
             Builtin::DownloadToShell => "download-to-shell",
             Builtin::DynamicCode => "dynamic-code",
+            Builtin::SandboxEscape => "sandbox-escape",
         }
     }
 
@@ -995,10 +1014,21 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
     if asks_for_help(&program, &texts) {
         return out;
     }
+    if let Some((level, reason)) = sandbox_escape(&program, &texts) {
+        out.push((
+            Builtin::SandboxEscape,
+            level,
+            format!(
+                "{reason}, so it would run outside the sandbox that confines this session; \
+                 run the program directly instead (in the background with `nohup … &` or \
+                 `setsid` if it must outlive the command), or tell the user what to run"
+            ),
+        ));
+    }
     match program.as_str() {
         "rm" => rm(args, &texts, cx, cmd.unknown_args.as_deref(), &mut out),
         "find" => find(args, &texts, cx, &mut out),
-        "chmod" | "chown" | "chgrp" => {
+        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" | "chcon" => {
             let recursive = texts.iter().any(|t| {
                 t == "--recursive"
                     || (t.starts_with('-') && !t.starts_with("--") && t.contains('R'))
@@ -1014,7 +1044,31 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
                             None,
                             format!("it recursively changes permissions or ownership of {what}"),
                         ));
+                        continue;
                     }
+                    let what = match computed_target(w, cx) {
+                        Computed::Known => continue,
+                        Computed::Other(what) => {
+                            out.push((
+                                Builtin::RecursivePermissions,
+                                None,
+                                format!(
+                                    "it recursively changes permissions or ownership of {what}"
+                                ),
+                            ));
+                            continue;
+                        }
+                        Computed::Unknown(part) => part,
+                    };
+                    out.push((
+                        Builtin::RecursivePermissions,
+                        Some(Level::Ask),
+                        format!(
+                            "it recursively changes permissions or ownership of `{}`, whose \
+                             path depends on `{what}`, known only at run time; write the path out",
+                            w.raw
+                        ),
+                    ));
                 }
             }
         }
@@ -1146,6 +1200,262 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
     out
 }
 
+/// Why `program` asks a process outside the sandbox to run or change
+/// something, if it does, and the level when it is not the check's own
+/// (an ask for acting on services the user already has).
+///
+/// The kernel sandbox confines the agent's processes and their children,
+/// but not a server they talk to: the user's tmux or screen server, atd,
+/// cron, systemd, whatever listens on the session bus, an editor's server,
+/// sshd. Listing forms that only read (`crontab -l`, `systemctl status`,
+/// `busctl list`) pass; `tmux ls` and `screen -ls` do not: they reach the
+/// same servers, and one rule per program is easier to predict. setuid
+/// helpers (`sudo`, `doas`, `su`, `pkexec`) are left to the kernel: under
+/// no_new_privs they gain nothing.
+fn sandbox_escape(program: &str, texts: &[String]) -> Option<(Option<Level>, String)> {
+    let deny = |reason: String| Some((None, reason));
+    // The first word that is not an option: a subcommand or verb.
+    let verb = || {
+        texts
+            .iter()
+            .find(|t| !t.starts_with('-'))
+            .map(String::as_str)
+    };
+    let has = |flags: &[&str]| texts.iter().any(|t| flags.contains(&t.as_str()));
+    match program {
+        "tmux" | "tmate" | "byobu" | "byobu-tmux" | "byobu-screen" | "screen" | "zellij"
+        | "abduco" | "dtach" => {
+            // Only the version is printed without a server.
+            let version = match program {
+                "screen" | "byobu-screen" => "-v",
+                _ => "-V",
+            };
+            if matches!(texts, [only] if only == version) {
+                return None;
+            }
+            deny(format!(
+                "`{program}` talks to a terminal multiplexer's server, which may be the user's \
+                 own and runs what it is sent (`run-shell`, `send-keys`, `-X stuff`, a new \
+                 session's command) with the user's full rights"
+            ))
+        }
+        "kitty" | "kitten" if has(&["@"]) => deny(format!(
+            "`{program} @` remote-controls the user's terminal, which runs what it is sent"
+        )),
+        "wezterm" if verb() == Some("cli") => {
+            deny("`wezterm cli` remote-controls the user's terminal".to_string())
+        }
+        "at" | "batch" if !has(&["-l", "-V", "-c"]) || program == "batch" => deny(format!(
+            "`{program}` hands the command to atd, which runs it later"
+        )),
+        "crontab" if !has(&["-l"]) || has(&["-r", "-e", "-i"]) => {
+            deny("`crontab` installs jobs that cron runs later".to_string())
+        }
+        "systemd-run" | "run0" => deny(format!(
+            "`{program}` asks systemd to start the command as a unit of its own"
+        )),
+        "flatpak-spawn" if has(&["--host"]) => {
+            deny("`flatpak-spawn --host` runs the command on the host".to_string())
+        }
+        "host-spawn" | "distrobox-host-exec" => {
+            deny(format!("`{program}` runs the command on the host"))
+        }
+        "dbus-send" | "qdbus" | "qdbus6" | "qdbus-qt5" => deny(format!(
+            "`{program}` sends method calls to services on the message bus (systemd, the \
+             desktop), which can start programs"
+        )),
+        "busctl" | "gdbus"
+            if matches!(verb(), Some("call" | "set-property" | "emit" | "method")) =>
+        {
+            deny(format!(
+                "`{program} {}` calls a service on the message bus (systemd, the desktop), \
+                 which can start programs",
+                verb().unwrap_or_default()
+            ))
+        }
+        "emacsclient" => {
+            deny("`emacsclient` hands files and code to the user's Emacs server".to_string())
+        }
+        "vim" | "nvim" | "gvim" | "mvim"
+            if texts
+                .iter()
+                .any(|t| t.starts_with("--remote") || t == "--server" || t == "--servername") =>
+        {
+            deny(format!(
+                "`{program} --remote…` hands commands to another editor's server"
+            ))
+        }
+        "xdg-open" | "gio" | "gnome-open" | "kde-open" | "kde-open5" | "kioclient"
+        | "kioclient5" | "exo-open" | "gtk-launch" | "gtk4-launch"
+            if program != "gio" || matches!(verb(), Some("open" | "launch")) =>
+        {
+            deny(format!(
+                "`{program}` asks the desktop to open or launch it with the user's own programs"
+            ))
+        }
+        "machinectl"
+            if !matches!(
+                verb(),
+                None | Some(
+                    "list" | "status" | "show" | "list-images" | "image-status" | "show-image"
+                )
+            ) =>
+        {
+            deny(format!(
+                "`machinectl {}` asks systemd-machined to run or change something",
+                verb().unwrap_or_default()
+            ))
+        }
+        "systemctl" | "loginctl" => service_manager(program, texts),
+        "ssh" | "mosh" | "autossh" => {
+            // `ssh [options] HOST …`: the first word that is neither an
+            // option nor an option's value.
+            const WITH_VALUE: &str = "BbcDEeFIiJLlmOoPpQRSWwM";
+            let mut i = 0;
+            while let Some(t) = texts.get(i) {
+                if t == "--" {
+                    i += 1;
+                    break;
+                }
+                if t.len() > 1 && t.starts_with('-') {
+                    let last = t.chars().last().unwrap_or('-');
+                    i += if WITH_VALUE.contains(last) { 2 } else { 1 };
+                    continue;
+                }
+                break;
+            }
+            let host = local_host(program, texts.get(i)?)?;
+            deny(reaches_this_machine(program, &host))
+        }
+        "scp" | "sftp" | "rsync" | "sshfs" => {
+            let host = texts.iter().find_map(|t| local_host(program, t))?;
+            deny(reaches_this_machine(program, &host))
+        }
+        _ => None,
+    }
+}
+
+fn reaches_this_machine(program: &str, host: &str) -> String {
+    format!(
+        "`{program}` reaches {host}, this machine, through its SSH server, which runs \
+         commands and writes files with the user's full rights"
+    )
+}
+
+/// `systemctl`/`loginctl` verbs that change something outside the sandbox
+/// (power verbs are the `shutdown` check's). Telling systemd to run a unit
+/// or environment the agent wrote is a denial; starting, stopping or
+/// enabling the user's existing units is an ask.
+fn service_manager(program: &str, texts: &[String]) -> Option<(Option<Level>, String)> {
+    // Options that take a value, so the value is not read as the verb.
+    const WITH_VALUE: [&str; 9] = [
+        "-t",
+        "--type",
+        "-p",
+        "--property",
+        "-H",
+        "--host",
+        "-M",
+        "--machine",
+        "--signal",
+    ];
+    let mut verb = None;
+    let mut i = 0;
+    while let Some(t) = texts.get(i) {
+        if WITH_VALUE.contains(&t.as_str()) {
+            i += 2;
+            continue;
+        }
+        if !t.starts_with('-') {
+            verb = Some(t.as_str());
+            break;
+        }
+        i += 1;
+    }
+    let verb = verb?;
+    let reading = verb.starts_with("list")
+        || verb.starts_with("show")
+        || verb.starts_with("is-")
+        || verb.ends_with("-status")
+        || matches!(verb, "status" | "cat" | "help" | "get-default" | "whoami");
+    let power = matches!(
+        verb,
+        "poweroff"
+            | "reboot"
+            | "halt"
+            | "kexec"
+            | "soft-reboot"
+            | "suspend"
+            | "hibernate"
+            | "hybrid-sleep"
+            | "emergency"
+    );
+    if reading || power {
+        return None;
+    }
+    let runs_what_it_is_given = matches!(
+        verb,
+        "link"
+            | "edit"
+            | "set-environment"
+            | "import-environment"
+            | "set-property"
+            | "add-wants"
+            | "add-requires"
+            | "enable-linger"
+    ) || (verb == "enable" && texts.iter().any(|t| t.contains('/')));
+    if runs_what_it_is_given {
+        return Some((
+            None,
+            format!("`{program} {verb}` makes systemd run what the command gives it"),
+        ));
+    }
+    Some((
+        Some(Level::Ask),
+        format!("`{program} {verb}` changes the user's services or sessions through systemd"),
+    ))
+}
+
+/// The host in an ssh-family argument when it is this machine.
+fn local_host(program: &str, arg: &str) -> Option<String> {
+    if arg.starts_with('-') {
+        return None;
+    }
+    let rest = arg.strip_prefix("ssh://").unwrap_or(arg);
+    let host_part = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = if let Some(bracketed) = host_part.strip_prefix('[') {
+        bracketed.split(']').next().unwrap_or_default()
+    } else if arg.starts_with("ssh://") {
+        host_part.split([':', '/']).next().unwrap_or_default()
+    } else if matches!(program, "ssh" | "mosh" | "autossh")
+        || (program == "sftp" && !host_part.contains(':'))
+    {
+        // ssh takes no `:port` after the host; `::1` is a host.
+        host_part
+    } else {
+        // scp/rsync name a remote path as HOST:PATH; a local path has no `:`.
+        let (host, _) = host_part.split_once(':')?;
+        host
+    };
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty());
+    let h = host.to_ascii_lowercase();
+    let local = matches!(
+        h.as_str(),
+        "localhost"
+            | "localhost.localdomain"
+            | "ip6-localhost"
+            | "ip6-loopback"
+            | "::1"
+            | "0.0.0.0"
+    ) || h.starts_with("127.")
+        || h.ends_with(".localhost")
+        || this_host.as_deref() == Some(h.as_str());
+    local.then(|| host.to_string())
+}
+
 const DOWNLOADERS: [&str; 7] = ["curl", "wget", "fetch", "http", "https", "xh", "aria2c"];
 
 /// Why deleting `path` (recursively) is catastrophic, if it is: `/`, a
@@ -1159,7 +1469,7 @@ fn system_target(path: &Path, cx: &Cx<'_>, workdir: bool) -> Option<String> {
     let glob_only = |p: &Path| {
         p.file_name()
             .map(|n| n.to_string_lossy())
-            .is_some_and(|n| n.chars().all(|c| matches!(c, '*' | '?' | '.')))
+            .is_some_and(|n| broad_glob(&n))
     };
     if path.parent() == Some(Path::new("/")) {
         if glob_only(path) {
@@ -1177,6 +1487,25 @@ fn system_target(path: &Path, cx: &Cx<'_>, workdir: bool) -> Option<String> {
     }
     if workdir && cx.workdir.starts_with(path) {
         return Some(format!("{shown} (the session workdir or a parent of it)"));
+    }
+    // A glob further up (`/*/*`, `/home/*`): refused when it can match the
+    // home directory, the workdir or a parent of either.
+    let text = path.to_string_lossy();
+    if text.contains(['*', '?', '['])
+        && let Ok(glob) = GlobBuilder::new(&text)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+    {
+        let glob = glob.compile_matcher();
+        let mut protected: Vec<&Path> =
+            cx.home.map(Path::ancestors).into_iter().flatten().collect();
+        if workdir {
+            protected.extend(cx.workdir.ancestors());
+        }
+        if let Some(hit) = protected.into_iter().find(|p| glob.is_match(p)) {
+            return Some(format!("{shown} (which matches {})", hit.display()));
+        }
     }
     None
 }
@@ -1227,7 +1556,19 @@ fn rm(
             ));
             continue;
         }
-        // `rm -rf "$DIR"/*` deletes /* when DIR is empty or unset.
+        let part = match computed_target(w, cx) {
+            Computed::Known => continue,
+            Computed::Other(what) => {
+                out.push((
+                    Builtin::RecursiveDelete,
+                    None,
+                    format!("it recursively deletes {what}"),
+                ));
+                continue;
+            }
+            Computed::Unknown(part) => part,
+        };
+        let before = out.len();
         if let Some(Part::Var {
             name,
             guarded: false,
@@ -1247,9 +1588,28 @@ fn rm(
                 ));
             }
         }
+        if out.len() == before {
+            out.push((
+                Builtin::RecursiveDelete,
+                Some(Level::Ask),
+                format!(
+                    "it recursively deletes `{}`, whose path depends on `{part}`, known only \
+                     at run time, so flyto cannot tell whether it is / or the home directory; \
+                     write the path out (a relative path inside the workdir is fine)",
+                    w.raw
+                ),
+            ));
+        }
     }
 }
 
+/// `find START… EXPR`: destructive when its action deletes (`-delete`,
+/// `-exec rm`) or changes permissions or ownership (`-exec chmod`), judged
+/// by the start paths and how much the expression narrows what it acts on,
+/// wherever the filters stand. From `/` or a top-level directory (but
+/// `/tmp`) any such action is refused; from the home directory, the
+/// workdir (deletes) or `/tmp`, only one that no name filter narrows
+/// (`find ~ -type f -delete`, not `find . -name '*.o' -delete`).
 fn find(
     args: &[Word],
     texts: &[String],
@@ -1262,77 +1622,199 @@ fn find(
         .take_while(|(_, t)| !(t.starts_with('-') || matches!(t.as_str(), "(" | "!" | ")")))
         .map(|(w, _)| w)
         .collect();
-    const FILTERS: [&str; 24] = [
-        "-name",
-        "-iname",
-        "-path",
-        "-ipath",
-        "-wholename",
-        "-iwholename",
-        "-regex",
-        "-iregex",
-        "-type",
-        "-newer",
-        "-mtime",
-        "-mmin",
-        "-atime",
-        "-amin",
-        "-ctime",
-        "-cmin",
-        "-size",
-        "-empty",
-        "-user",
-        "-group",
-        "-perm",
-        "-links",
-        "-inum",
-        "-lname",
-    ];
-    if texts.iter().any(|t| FILTERS.contains(&t.as_str())) {
-        return;
-    }
-    let deletes = texts.iter().enumerate().any(|(i, t)| {
-        t == "-delete"
-            || (matches!(t.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
-                && exec_program(&texts[i + 1..]) == Some("rm"))
-    });
-    if !deletes {
-        return;
-    }
-    let resolved: Vec<PathBuf> = if starts.is_empty() {
-        vec![cx.cwd.clone()]
-    } else {
-        starts.iter().map(|w| cx.resolve(w)).collect()
-    };
-    for p in resolved {
-        if let Some(what) = system_target(&p, cx, true) {
-            out.push((
-                Builtin::RecursiveDelete,
-                None,
-                format!("it deletes everything under {what}"),
-            ));
+    let expr = &texts[starts.len()..];
+    let mut deletes = false;
+    let mut permissions = false;
+    for (i, t) in expr.iter().enumerate() {
+        if t == "-delete" {
+            deletes = true;
         }
+        if matches!(t.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+            match exec_program(&expr[i + 1..]) {
+                Some("rm" | "unlink" | "shred" | "srm") => deletes = true,
+                Some("chmod" | "chown" | "chgrp" | "setfacl" | "chattr" | "chcon") => {
+                    permissions = true
+                }
+                _ => {}
+            }
+        }
+    }
+    if !deletes && !permissions {
+        return;
+    }
+    let (builtin, action) = if deletes {
+        (Builtin::RecursiveDelete, "deletes")
+    } else {
+        (
+            Builtin::RecursivePermissions,
+            "changes permissions or ownership of",
+        )
+    };
+    let narrowed = find_narrows(expr, deletes);
+    let resolved: Vec<(Option<&Word>, PathBuf)> = if starts.is_empty() {
+        vec![(None, cx.cwd.clone())]
+    } else {
+        starts.iter().map(|w| (Some(*w), cx.resolve(w))).collect()
+    };
+    for (w, p) in resolved {
+        if let Some(what) = system_target(&p, cx, deletes) {
+            let whole = p == Path::new("/")
+                || (p.parent() == Some(Path::new("/")) && p != Path::new("/tmp"));
+            if whole || !narrowed {
+                let matching = if narrowed { "files " } else { "everything " };
+                out.push((
+                    builtin,
+                    None,
+                    format!(
+                        "it {action} {matching}under {what}; name the files to match with \
+                         -name or -path and start from the folder that holds them"
+                    ),
+                ));
+            }
+            continue;
+        }
+        let Some(w) = w else {
+            continue;
+        };
+        match computed_target(w, cx) {
+            Computed::Known => {}
+            Computed::Other(what) => out.push((
+                builtin,
+                None,
+                format!("it {action} everything under {what}"),
+            )),
+            Computed::Unknown(_) if narrowed => {}
+            Computed::Unknown(part) => out.push((
+                builtin,
+                Some(Level::Ask),
+                format!(
+                    "it {action} everything under `{}`, whose path depends on `{part}`, known \
+                     only at run time; write the path out",
+                    w.raw
+                ),
+            )),
+        }
+    }
+}
+
+/// Whether a `find` expression narrows what it acts on by name (`-name
+/// '*.o'`, `-path './build/*'`, one inode), rather than taking nearly
+/// everything (`-type f`, `-mtime +7`, `-name '*'`, `! -name x`, or an
+/// `-o` that lets other files through). `-empty` narrows a delete.
+fn find_narrows(expr: &[String], deletes: bool) -> bool {
+    if expr
+        .iter()
+        .any(|t| matches!(t.as_str(), "-o" | "-or" | ","))
+    {
+        return false;
+    }
+    expr.iter().enumerate().any(|(i, t)| {
+        let negated = i > 0 && matches!(expr[i - 1].as_str(), "!" | "-not");
+        if negated {
+            return false;
+        }
+        let value = expr.get(i + 1).map(String::as_str).unwrap_or("*");
+        match t.as_str() {
+            "-name" | "-iname" | "-lname" | "-ilname" => !broad_glob(value),
+            "-path" | "-ipath" | "-wholename" | "-iwholename" => !value.split('/').all(broad_glob),
+            "-regex" | "-iregex" => !matches!(
+                value.trim_start_matches('^').trim_end_matches('$'),
+                ".*" | ".+" | ".*/.*" | ""
+            ),
+            "-inum" | "-samefile" => true,
+            "-empty" => deletes,
+            _ => false,
+        }
+    })
+}
+
+/// A glob that matches nearly every name: only `*`, `?`, `.` and
+/// character classes (`*`, `.*`, `[a-z]*`, `?*`).
+fn broad_glob(name: &str) -> bool {
+    let mut rest = String::new();
+    let mut in_class = false;
+    for c in name.chars() {
+        match c {
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            _ if in_class => {}
+            c => rest.push(c),
+        }
+    }
+    rest.chars().all(|c| matches!(c, '*' | '?' | '.'))
+}
+
+/// What a destructive command's target word is, when part of it is only
+/// known at run time.
+enum Computed {
+    /// Nothing in it is computed, or what is can be known (the private
+    /// `$TMPDIR`, `$PWD`, a guarded `${DIR:?}` with a path under it).
+    Known,
+    /// Known to be another protected place (`~root`): what it is.
+    Other(String),
+    /// Depends on this part, as written.
+    Unknown(String),
+}
+
+fn computed_target(w: &Word, cx: &Cx<'_>) -> Computed {
+    if !w.is_runtime() {
+        return Computed::Known;
+    }
+    // A path below the value (`/x`), not the value itself (`/`).
+    let below = |rest: &[Part]| match rest.first() {
+        Some(Part::Lit(s)) => s.starts_with('/') && !s.trim_matches('/').is_empty(),
+        _ => false,
+    };
+    match w.parts.as_slice() {
+        [Part::Dynamic(raw), ..] if raw.starts_with('~') => {
+            return Computed::Other(format!("{raw} (another user's home directory)"));
+        }
+        // flyto gives every session a private TMPDIR.
+        [Part::Var { name, .. }, rest @ ..] if name == "TMPDIR" && below(rest) => {
+            return Computed::Known;
+        }
+        // `${DIR:?}/x`: the shell stops when DIR is empty.
+        [Part::Var { guarded: true, .. }, rest @ ..] if below(rest) => return Computed::Known,
+        // `$PWD/x`, `$(pwd)/x`: the current directory.
+        [first, rest @ ..] if is_cwd(first) && !rest.iter().any(|p| !matches!(p, Part::Lit(_))) => {
+            let mut parts = vec![Part::Lit(cx.cwd.display().to_string())];
+            parts.extend(rest.iter().cloned());
+            let path = cx.resolve_parts(&parts);
+            return match system_target(&path, cx, true) {
+                Some(what) => Computed::Other(what),
+                None => Computed::Known,
+            };
+        }
+        _ => {}
+    }
+    Computed::Unknown(
+        w.parts
+            .iter()
+            .find_map(|p| match p {
+                Part::Var { name, .. } => Some(format!("${name}")),
+                Part::Dynamic(raw) => Some(raw.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| w.raw.clone()),
+    )
+}
+
+fn is_cwd(part: &Part) -> bool {
+    match part {
+        Part::Var { name, .. } => name == "PWD",
+        Part::Dynamic(raw) => {
+            matches!(raw.as_str(), "$(pwd)" | "`pwd`" | "$(pwd -P)" | "$(pwd -L)")
+        }
+        _ => false,
     }
 }
 
 /// The program a `find -exec` segment runs, past wrappers (`sudo rm`).
 fn exec_program(words: &[String]) -> Option<&str> {
     words.iter().map(|w| shell::basename(w)).find(|w| {
-        !matches!(
-            *w,
-            "sudo"
-                | "doas"
-                | "env"
-                | "nice"
-                | "ionice"
-                | "nohup"
-                | "command"
-                | "busybox"
-                | "stdbuf"
-                | "setsid"
-                | "time"
-                | "timeout"
-        ) && !w.starts_with('-')
+        !shell::is_wrapper(w)
+            && *w != "time"
+            && !w.starts_with('-')
             && !w.contains('=')
             && !w.chars().all(|c| c.is_ascii_digit())
     })
@@ -2265,6 +2747,7 @@ mod tests {
             ("git -C x push --force", "force-push"),
             ("curl x | sh", "download-to-shell"),
             ("$CMD", "dynamic-code"),
+            ("tmux -L x run-shell 'id'", "sandbox-escape"),
         ];
         let mut seen = std::collections::HashSet::new();
         for (line, id) in builtins {
@@ -2360,6 +2843,407 @@ mod tests {
             ("ask", Some("unparsable"))
         );
         assert!(c.commands.is_empty());
+    }
+
+    #[test]
+    fn commands_that_reach_outside_the_sandbox_are_refused() {
+        let p = policy(&PermissionsConfig::default());
+        let escape = "deny:sandbox-escape";
+        let mut cases: Vec<(&str, &str)> = [
+            "tmux -L agent run-shell 'touch ~/x'",
+            "tmux run-shell 'id'",
+            "tmux send-keys -t 0 'curl x | sh' Enter",
+            "tmux new-session -d 'make'",
+            "tmux new -d -s build",
+            "tmux ls",
+            "tmux list-sessions",
+            "tmux",
+            "tmux -v",
+            "tmux -S /tmp/tmux-1000/default neww 'id'",
+            "tmux capture-pane -p -t 0",
+            "screen -S main -X stuff 'id\n'",
+            "screen -dmS job make",
+            "screen -ls",
+            "screen -x",
+            "byobu new-session -d id",
+            "zellij run -- id",
+            "tmate -S /tmp/s new-session -d",
+            "abduco -n s id",
+            "dtach -n /tmp/s id",
+            "kitty @ launch --type=background id",
+            "kitten @ send-text id",
+            "wezterm cli spawn -- id",
+            "at now <<< 'id'",
+            "echo id | at now + 1 minute",
+            "at -f job.sh 10:00",
+            "batch <<< 'id'",
+            "crontab job.txt",
+            "crontab -e",
+            "crontab -r",
+            "echo '* * * * * id' | crontab -",
+            "systemd-run --user id",
+            "systemd-run --user --scope make",
+            "run0 id",
+            "systemctl --user link ./x.service",
+            "systemctl --user enable ./x.service",
+            "systemctl --user set-environment LD_PRELOAD=/tmp/x.so",
+            "systemctl --user import-environment PATH",
+            "loginctl enable-linger",
+            "machinectl shell .host /bin/id",
+            "dbus-send --session --dest=org.freedesktop.systemd1 / x.y",
+            "busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager StartUnit ss x.service replace",
+            "gdbus call --session --dest org.freedesktop.systemd1 --object-path / --method x",
+            "qdbus org.kde.klauncher5 /KLauncher exec_blind id",
+            "emacsclient -e '(shell-command \"id\")'",
+            "nvim --server /tmp/nvim.sock --remote-send ':!id<CR>'",
+            "vim --servername GVIM --remote-send ':!id<CR>'",
+            "xdg-open ./evil.desktop",
+            "gio open ./evil.desktop",
+            "gtk-launch evil",
+            "flatpak-spawn --host id",
+            "host-spawn id",
+            "distrobox-host-exec id",
+            "ssh localhost id",
+            "ssh -p 22 me@127.0.0.1 'id'",
+            "ssh -o BatchMode=yes ::1 id",
+            "ssh ssh://me@localhost:2222 id",
+            "scp ./x localhost:.bashrc",
+            "rsync -a ./x me@127.0.0.1:~/",
+            "sftp localhost",
+            // Through wrappers and other shells.
+            "env tmux run-shell id",
+            "env -i PATH=/usr/bin tmux run-shell id",
+            "command tmux run-shell id",
+            "/usr/bin/tmux run-shell id",
+            "bash -c 'tmux run-shell id'",
+            "sh -c \"screen -X stuff id\"",
+            "echo run-shell | xargs tmux",
+            "find . -maxdepth 0 -exec tmux run-shell id \\;",
+            "nohup tmux run-shell id &",
+            "setsid at now <<< id",
+            "timeout 5 systemd-run --user id",
+            "strace -f -o /dev/null tmux run-shell id",
+            "script -qc 'tmux run-shell id' /dev/null",
+            "script --command 'at now' /dev/null",
+            "echo $(tmux run-shell id)",
+            "python3 -c \"import os; os.system('tmux run-shell id')\"",
+            "sudo -u me tmux run-shell id",
+            "unshare -r tmux run-shell id",
+        ]
+        .into_iter()
+        .map(|c| (c, escape))
+        .collect();
+        cases.extend([
+            // Acting on the user's existing services: an ask.
+            ("systemctl --user restart app.service", "ask:sandbox-escape"),
+            ("systemctl --user start app", "ask:sandbox-escape"),
+            ("systemctl restart nginx", "ask:sandbox-escape"),
+            ("systemctl --user daemon-reload", "ask:sandbox-escape"),
+            ("loginctl terminate-user me", "ask:sandbox-escape"),
+            // Reading, versions and help pass.
+            ("tmux -V", "allow"),
+            ("screen -v", "allow"),
+            ("tmux --help", "allow"),
+            ("crontab -l", "allow"),
+            ("at -l", "allow"),
+            ("atq", "allow"),
+            ("systemctl status nginx", "allow"),
+            ("systemctl --user status app", "allow"),
+            ("systemctl --user list-units --type=service", "allow"),
+            ("systemctl --user is-active app", "allow"),
+            ("systemctl --user show -p MainPID app", "allow"),
+            ("systemctl", "allow"),
+            ("loginctl list-sessions", "allow"),
+            ("loginctl show-user me", "allow"),
+            ("busctl --user list", "allow"),
+            ("busctl tree org.freedesktop.systemd1", "allow"),
+            (
+                "gdbus introspect --session --dest x --object-path /",
+                "allow",
+            ),
+            ("machinectl list", "allow"),
+            ("vim -c 'wq' notes.md", "allow"),
+            ("ssh example.com uptime", "allow"),
+            ("ssh -p 2222 git@github.com", "allow"),
+            ("scp ./x build.example.com:/srv/", "allow"),
+            ("rsync -a ./x/ ./y/", "allow"),
+            ("scp ./a ./b", "allow"),
+            ("curl -s http://localhost:8080/health", "allow"),
+            ("nohup ./server > log 2>&1 &", "allow"),
+            ("setsid ./server", "allow"),
+            ("echo tmux is a multiplexer", "allow"),
+            ("grep -r 'tmux run-shell' docs/", "allow"),
+            ("strace -f -o trace.txt ./app", "allow"),
+            ("script -qc 'make test' /dev/null", "allow"),
+        ]);
+        assert_table(&p, &cases);
+
+        // With every other check switched off and an allow-all rule, the
+        // escape is still refused: allow rules never unlock a built-in.
+        let open = policy(&PermissionsConfig {
+            allow: vec!["*".into()],
+            ..Default::default()
+        });
+        assert_table(&open, &[("tmux run-shell id", escape)]);
+        let off = policy(&PermissionsConfig {
+            allow_builtin: vec![Builtin::SandboxEscape],
+            ..Default::default()
+        });
+        assert_table(&off, &[("tmux run-shell id", "allow")]);
+
+        let msg = check(&p, "tmux -L x run-shell 'id'")
+            .message()
+            .unwrap_or_default();
+        for want in [
+            "outside the sandbox",
+            "run the program directly",
+            "nohup",
+            "\"sandbox-escape\" to `allow_builtin`",
+        ] {
+            assert!(msg.contains(want), "missing {want:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn commands_that_git_and_other_programs_run_from_config_are_followed() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                ("git -c core.pager='rm -rf ~' log", "deny:recursive-delete"),
+                (
+                    "git -c core.pager=\"tmux run-shell id\" log",
+                    "deny:sandbox-escape",
+                ),
+                ("git -c alias.x='!rm -rf ~' x", "deny:recursive-delete"),
+                (
+                    "git -c 'alias.x=!sh -c \"rm -rf /\"' x",
+                    "deny:recursive-delete",
+                ),
+                ("git -c alias.p='push --force' p", "ask:force-push"),
+                (
+                    "git -c core.sshCommand='rm -rf ~' fetch",
+                    "deny:recursive-delete",
+                ),
+                ("git -c core.editor='reboot' commit", "deny:shutdown"),
+                (
+                    "git -c diff.external='rm -rf ~' diff",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "git -c filter.x.smudge='rm -rf ~' checkout .",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "git -c credential.helper='!rm -rf ~' fetch",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "git -c core.fsmonitor='rm -rf ~' status",
+                    "deny:recursive-delete",
+                ),
+                ("git -c pager.log='rm -rf ~' log", "deny:recursive-delete"),
+                (
+                    "git -C repo -c core.pager='rm -rf ~' log",
+                    "deny:recursive-delete",
+                ),
+                ("git -c core.pager=\"$P\" log", "ask:dynamic-code"),
+                ("git --config-env=core.pager=P log", "ask:dynamic-code"),
+                ("GIT_PAGER='rm -rf ~' git log", "deny:recursive-delete"),
+                (
+                    "GIT_SSH_COMMAND='tmux run-shell id' git fetch",
+                    "deny:sandbox-escape",
+                ),
+                ("env EDITOR='rm -rf ~' git commit", "deny:recursive-delete"),
+                (
+                    "export GIT_EDITOR='rm -rf ~'; git commit",
+                    "deny:recursive-delete",
+                ),
+                ("PAGER=\"$X\" man ls", "ask:dynamic-code"),
+                // Harmless configuration passes.
+                (
+                    "git -c user.name=x -c user.email=x@y commit -m msg",
+                    "allow",
+                ),
+                ("git -c core.pager=cat log", "allow"),
+                ("git -c core.pager= log", "allow"),
+                ("git -c pager.log=false log", "allow"),
+                ("git -c color.ui=always diff", "allow"),
+                ("git -c alias.st=status st", "allow"),
+                ("git -c core.fsmonitor=false status", "allow"),
+                ("git -c credential.helper=store fetch", "allow"),
+                ("GIT_PAGER=cat git log -5", "allow"),
+                ("EDITOR=true git commit --amend", "allow"),
+                (
+                    "GIT_SSH_COMMAND='ssh -i ./deploy_key -o IdentitiesOnly=yes' git fetch",
+                    "allow",
+                ),
+                ("export PAGER=less", "allow"),
+            ],
+        );
+    }
+
+    #[test]
+    fn find_is_judged_by_its_start_paths_and_its_action() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                // Filters before the action do not hide it.
+                ("find / -name '*' -delete", "deny:recursive-delete"),
+                ("find / -type f -delete", "deny:recursive-delete"),
+                ("find / -name '*.log' -delete", "deny:recursive-delete"),
+                ("find /etc -name '*.conf' -delete", "deny:recursive-delete"),
+                (
+                    "find /usr -type f -exec rm -f {} +",
+                    "deny:recursive-delete",
+                ),
+                ("find ~ -type f -delete", "deny:recursive-delete"),
+                ("find ~ -mindepth 1 -delete", "deny:recursive-delete"),
+                ("find ~ -mtime +1 -exec rm {} \\;", "deny:recursive-delete"),
+                (
+                    "find $HOME -type d -exec rm -rf {} +",
+                    "deny:recursive-delete",
+                ),
+                ("find ~ -name '*' -delete", "deny:recursive-delete"),
+                ("find ~ -name '.*' -delete", "deny:recursive-delete"),
+                ("find ~ ! -name .bashrc -delete", "deny:recursive-delete"),
+                (
+                    "find ~ -not -name '*.keep' -delete",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "find ~ -name '*.pyc' -o -type f -delete",
+                    "deny:recursive-delete",
+                ),
+                ("find ~ -regex '.*' -delete", "deny:recursive-delete"),
+                ("find . -type f -delete", "deny:recursive-delete"),
+                ("find .. -type f -delete", "deny:recursive-delete"),
+                (
+                    "find . -mindepth 1 -exec rm -rf {} +",
+                    "deny:recursive-delete",
+                ),
+                ("find ~ -type f -exec sudo rm {} +", "deny:recursive-delete"),
+                (
+                    "find ~ -type f -exec unlink {} \\;",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "find ~ -type f -exec shred -u {} \\;",
+                    "deny:recursive-delete",
+                ),
+                ("find ~ -type f -execdir rm {} +", "deny:recursive-delete"),
+                ("find ~ -type f -ok rm {} \\;", "deny:recursive-delete"),
+                ("find /tmp -mtime +7 -delete", "deny:recursive-delete"),
+                ("find \"$DIR\" -type f -delete", "ask:recursive-delete"),
+                ("find $(pwd)/.. -type f -delete", "deny:recursive-delete"),
+                ("find ~root -delete", "deny:recursive-delete"),
+                // Permissions and ownership through -exec.
+                ("find / -exec chmod 777 {} +", "deny:recursive-permissions"),
+                (
+                    "find / -perm -4000 -exec chmod u-s {} \\;",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find ~ -type d -exec chmod 755 {} \\;",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find ~ -type f -exec chown nobody {} +",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find /etc -name '*.conf' -exec chgrp me {} +",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find ~ -exec setfacl -m u:x:rwx {} +",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find ~ -type f -execdir chmod 000 {} +",
+                    "deny:recursive-permissions",
+                ),
+                (
+                    "find \"$X\" -exec chmod 777 {} +",
+                    "ask:recursive-permissions",
+                ),
+                ("setfacl -R -m u:x:rwx ~", "deny:recursive-permissions"),
+                ("chattr -R +i /", "deny:recursive-permissions"),
+                // Narrowed, or where it cannot hurt.
+                ("find . -name '*.o' -delete", "allow"),
+                ("find . -type f -name '*.pyc' -delete", "allow"),
+                (
+                    "find . -name '__pycache__' -type d -exec rm -rf {} +",
+                    "allow",
+                ),
+                ("find . -path './build/*' -delete", "allow"),
+                ("find . -empty -type d -delete", "allow"),
+                ("find ~ -name '.DS_Store' -delete", "allow"),
+                ("find /tmp -name 'flyto-test-*' -delete", "allow"),
+                ("find build -type f -delete", "allow"),
+                ("find ./target -mindepth 1 -delete", "allow"),
+                ("find \"$DIR\" -name '*.tmp' -delete", "allow"),
+                ("find . -name x -print", "allow"),
+                ("find . -exec grep -l foo {} +", "allow"),
+                ("find / -name foo 2>/dev/null", "allow"),
+                ("find ~ -type f -newer x", "allow"),
+                ("find . -type f -exec chmod 644 {} +", "allow"),
+                ("find . -name '*.sh' -exec chmod +x {} \\;", "allow"),
+                ("find ~ -name '*.sh' -exec chmod +x {} +", "allow"),
+                ("find src -type f -exec chown me {} +", "allow"),
+            ],
+        );
+    }
+
+    #[test]
+    fn destructive_commands_with_computed_targets_are_never_allowed() {
+        let p = policy(&PermissionsConfig::default());
+        assert_table(
+            &p,
+            &[
+                ("rm -rf \"$(echo ~)\"", "ask:recursive-delete"),
+                ("rm -rf $(echo /)", "ask:recursive-delete"),
+                ("rm -rf `echo ~`", "ask:recursive-delete"),
+                ("rm -rf \"$DIR\"", "ask:recursive-delete"),
+                ("rm -rf ${DIR}", "ask:recursive-delete"),
+                ("rm -rf $1", "ask:recursive-delete"),
+                ("rm -rf \"$DIR/build\"", "ask:recursive-delete"),
+                ("rm -rf \"${DIR:?}\"", "ask:recursive-delete"),
+                ("rm -rf \"${DIR:-/}\"", "ask:recursive-delete"),
+                ("rm -rf $(dirname $0)", "ask:recursive-delete"),
+                ("rm -rf $(pwd)", "deny:recursive-delete"),
+                ("rm -rf \"$PWD\"/..", "deny:recursive-delete"),
+                ("rm -rf ~root", "deny:recursive-delete"),
+                ("rm -rf ~bob/", "deny:recursive-delete"),
+                ("rm -rf /*/*", "deny:recursive-delete"),
+                ("rm -rf ~/[a-z]*", "deny:recursive-delete"),
+                ("rm -rf ~/.[!.]*", "deny:recursive-delete"),
+                ("rm -rf /h*", "deny:recursive-delete"),
+                ("rm -rf /home/*/", "deny:recursive-delete"),
+                ("for d in $(ls); do rm -rf $d; done", "ask:recursive-delete"),
+                ("bash -c 'rm -rf \"$1\"' _ ~", "ask:recursive-delete"),
+                ("chmod -R 777 \"$(echo ~)\"", "ask:recursive-permissions"),
+                ("chown -R me \"$TARGET\"", "ask:recursive-permissions"),
+                ("chmod -R 777 /*/*", "deny:recursive-permissions"),
+                // Known enough, or not recursive.
+                ("rm -rf \"$TMPDIR/build\"", "allow"),
+                ("rm -rf \"${TMPDIR}\"/x", "allow"),
+                ("rm -rf \"$PWD/build\"", "allow"),
+                ("rm -rf \"$(pwd)/build\"", "allow"),
+                ("rm -r \"${DIR:?}\"/*", "allow"),
+                ("rm \"$TMPDIR/x\"", "allow"),
+                ("rm -f \"$FILE\"", "allow"),
+                ("rm -f $(git ls-files -d)", "allow"),
+                ("echo $(date)", "allow"),
+                ("rm -rf ./build", "allow"),
+                ("rm -rf ~/.cache/pip", "allow"),
+                ("rm -rf ~/*.log", "allow"),
+                ("rm -rf /tmp/build-*", "allow"),
+                ("chmod -R u+w \"$TMPDIR/x\"", "allow"),
+                ("chmod -R 755 ./bin", "allow"),
+            ],
+        );
     }
 
     #[test]

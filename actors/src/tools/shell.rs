@@ -9,10 +9,12 @@
 //! substitutions, heredocs, and code handed to another interpreter:
 //! `bash -c '...'`, `sh -c`, `eval`, `su -c`, `watch`, a heredoc or
 //! here-string fed to a shell, `echo '...' | sh`, `ssh host cmd`, `flock -c`,
-//! `parallel`. Wrappers (`sudo`, `doas`, `env`, `xargs`, `timeout`, `nice`,
+//! `script -c`, `parallel`, commands git runs from `git -c` configuration,
+//! and variables whose value another program runs (`GIT_PAGER=…`,
+//! `EDITOR=…`). Wrappers (`sudo`, `doas`, `env`, `xargs`, `timeout`, `nice`,
 //! `ionice`, `nohup`, `setsid`, `stdbuf`, `chroot`, `flock`, `command`,
-//! `exec`, `busybox`, `find -exec`, ...) are recorded and so is the command
-//! they wrap; arguments filled in from input (`xargs`, `parallel`) are
+//! `exec`, `busybox`, `strace`, `unshare`, `find -exec`, ...) are recorded
+//! and so is the command they wrap; arguments filled in from input (`xargs`, `parallel`) are
 //! marked unknown. An interpreter's inline code (`python3 -c`, `perl -e`,
 //! ...) is scanned by [`super::inline_code`]: the shell lines it hands on
 //! are parsed, its deletes become `rm` commands and its writes redirects.
@@ -647,7 +649,10 @@ impl Walker {
         }
         match &a.value {
             ast::AssignmentValue::Scalar(w) => {
-                self.word(w, frame)?;
+                let value = self.word(w, frame)?;
+                if let ast::AssignmentName::VariableName(name) = &a.name {
+                    self.code_var(name, &value.code_text(), frame)?;
+                }
             }
             ast::AssignmentValue::Array(items) => {
                 for (k, v) in items {
@@ -911,6 +916,88 @@ impl Walker {
         self.code(&text, via, frame)
     }
 
+    /// A variable whose value another program runs as a command line
+    /// (`GIT_PAGER='…' git log`, `env EDITOR=… git commit`, `export
+    /// GIT_SSH_COMMAND=…`): the value is parsed as code.
+    fn code_var(&mut self, name: &str, value: &str, frame: &Frame) -> Result<(), ParseError> {
+        if !CODE_VARS.contains(&name) || value.trim().is_empty() {
+            return Ok(());
+        }
+        self.code(value, &format!("`{name}` value"), frame)
+    }
+
+    /// `NAME=value` arguments (of `env`, `export`, `declare`, …) whose
+    /// variable holds a command line.
+    fn code_var_args(&mut self, args: &[Word], frame: &Frame) -> Result<(), ParseError> {
+        for w in args {
+            let text = w.code_text();
+            if let Some((name, value)) = text.split_once('=')
+                && is_assignment(&text)
+            {
+                self.code_var(name, value, frame)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `git -c KEY=VALUE …`: configuration that git runs as a command
+    /// (`core.pager`, `core.sshCommand`, a `!` alias, a filter driver, …)
+    /// is parsed as code; a value only known at run time makes the code
+    /// dynamic.
+    fn git_config(&mut self, at: usize, args: &[Word], frame: &Frame) -> Result<(), ParseError> {
+        let mut i = 0;
+        while let Some(t) = args.get(i).and_then(Word::literal) {
+            if !t.starts_with('-') {
+                break;
+            }
+            let (pair, step) = match t.as_str() {
+                "-c" => (args.get(i + 1), 2),
+                "--config-env" => {
+                    // The value comes from an environment variable.
+                    if let Some(pair) = args.get(i + 1).map(Word::text)
+                        && git_command_value(pair.split('=').next().unwrap_or_default(), "x")
+                            .is_some()
+                        && let Some(c) = self.script.commands.get_mut(at)
+                    {
+                        c.dynamic_code = Some(format!("--config-env {pair}"));
+                    }
+                    i += 2;
+                    continue;
+                }
+                "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => (None, 2),
+                _ => {
+                    if let Some(pair) = t.strip_prefix("--config-env=")
+                        && git_command_value(pair.split('=').next().unwrap_or_default(), "x")
+                            .is_some()
+                        && let Some(c) = self.script.commands.get_mut(at)
+                    {
+                        c.dynamic_code = Some(t.clone());
+                    }
+                    (None, 1)
+                }
+            };
+            i += step;
+            let Some(pair) = pair else {
+                continue;
+            };
+            let text = pair.code_text();
+            let Some((key, value)) = text.split_once('=') else {
+                continue;
+            };
+            let Some(code) = git_command_value(key, value) else {
+                continue;
+            };
+            if pair.is_runtime() {
+                if let Some(c) = self.script.commands.get_mut(at) {
+                    c.dynamic_code = pair.first_runtime();
+                }
+                continue;
+            }
+            self.code(&code, &format!("`git -c {key}` command"), frame)?;
+        }
+        Ok(())
+    }
+
     fn mark_feeds(&mut self, range: Range<usize>) {
         for c in self.script.commands.get_mut(range).into_iter().flatten() {
             c.feeds_code = true;
@@ -958,6 +1045,10 @@ impl Walker {
             if let Some(code) = split {
                 self.code_words(at, &[code], &format!("`{name} -S` string"), frame)?;
                 return Ok(None);
+            }
+            if spec.assignments {
+                let before = args.len() - inner.len();
+                self.code_var_args(&args[..before], frame)?;
             }
             if inner.is_empty() {
                 return Ok(None);
@@ -1018,7 +1109,15 @@ impl Walker {
                 }
                 Ok(None)
             }
-            "su" | "runuser" => {
+            "git" => {
+                self.git_config(at, args, frame)?;
+                Ok(None)
+            }
+            "export" | "declare" | "typeset" | "local" | "readonly" => {
+                self.code_var_args(args, frame)?;
+                Ok(None)
+            }
+            "su" | "runuser" | "script" => {
                 let attached = args.iter().find_map(|w| {
                     w.literal()
                         .and_then(|t| t.strip_prefix("--command=").map(Word::literal_word))
@@ -1042,8 +1141,10 @@ impl Walker {
                         &format!("`{name} -c` code"),
                         frame,
                     )?;
+                    // A change of user is a step of its own for allow
+                    // rules; `script` only records a terminal.
                     if let Some(c) = self.script.commands.get_mut(at) {
-                        c.transparent = false;
+                        c.transparent = name == "script" && c.dynamic_code.is_none();
                     }
                 }
                 Ok(None)
@@ -2015,6 +2116,74 @@ fn arg_word(arg: &inline_code::Arg) -> Word {
 }
 
 /// `'…'` quoting for text put into a command line.
+/// Environment variables whose value a program runs as a command line.
+const CODE_VARS: [&str; 17] = [
+    "GIT_PAGER",
+    "PAGER",
+    "MANPAGER",
+    "SYSTEMD_PAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "EDITOR",
+    "VISUAL",
+    "SUDO_EDITOR",
+    "SYSTEMD_EDITOR",
+    "FCEDIT",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_PROXY_COMMAND",
+];
+
+/// The command line git runs for configuration `key` set to `value`, if
+/// it runs one: pagers, editors, ssh and diff/merge/filter drivers run
+/// through the shell; a `!` alias is shell code, another alias a git
+/// command; a `!` credential helper is shell code.
+fn git_command_value(key: &str, value: &str) -> Option<String> {
+    let key = key.to_ascii_lowercase();
+    let parts: Vec<&str> = key.split('.').collect();
+    let (Some(section), Some(last)) = (parts.first().copied(), parts.last().copied()) else {
+        return None;
+    };
+    let boolean = matches!(
+        value.to_ascii_lowercase().as_str(),
+        "" | "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0"
+    );
+    if section == "alias" && parts.len() >= 2 {
+        return Some(match value.strip_prefix('!') {
+            Some(code) => code.to_string(),
+            None => format!("git {value}"),
+        });
+    }
+    if section == "credential" && last == "helper" {
+        return match value.strip_prefix('!') {
+            Some(code) => Some(code.to_string()),
+            None if value.contains(['/', ' ']) => Some(value.to_string()),
+            None => None,
+        };
+    }
+    let runs = match (section, parts.len(), last) {
+        ("core", 2, "pager" | "editor" | "sshcommand" | "askpass" | "gitproxy")
+        | ("core", 2, "fsmonitor")
+        | ("sequence", 2, "editor")
+        | ("diff", 2, "external")
+        | ("gpg", _, "program")
+        | ("uploadpack", 2, "packobjectshook")
+        | ("interactive", 2, "difffilter")
+        | ("sendemail", 2, "sendmailcmd" | "tocmd" | "cccmd")
+        | ("pager", 2, _)
+        | ("diff", 3, "textconv" | "command")
+        | ("merge", 3, "driver")
+        | ("filter", 3, "clean" | "smudge" | "process")
+        | ("mergetool" | "difftool" | "browser" | "man", 3, "cmd")
+        | ("remote", 3, "uploadpack" | "receivepack") => !boolean,
+        _ => false,
+    };
+    runs.then(|| value.to_string())
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
@@ -2092,6 +2261,65 @@ fn wrapper(name: &str) -> Option<Wrapper> {
         ),
         "stdbuf" => w("ioe", &["--input", "--output", "--error"], 0),
         "timeout" => w("sk", &["--signal", "--kill-after"], 1),
+        // Tracers, schedulers and environment setters that run the rest
+        // of their arguments as a command.
+        "strace" => w(
+            "abeEIoOpPsSuUX",
+            &[
+                "--output", "--signal", "--trace", "--attach", "--user", "--env",
+            ],
+            0,
+        ),
+        "ltrace" => w("aAbDeEfFlnopsuwX", &["--output", "--library"], 0),
+        "unshare" => w("SGRw", &["--setuid", "--setgid", "--root", "--wd"], 0),
+        "fakeroot" => w("lsi", &["--lib", "--faked"], 0),
+        "chrt" | "taskset" | "faketime" => w("TPD", &[], 1),
+        "prlimit" => w("p", &["--pid"], 0),
+        "numactl" => w(
+            "CNmpi",
+            &[
+                "--physcpubind",
+                "--cpunodebind",
+                "--membind",
+                "--preferred",
+                "--interleave",
+            ],
+            0,
+        ),
+        "xvfb-run" => w(
+            "efnpsw",
+            &[
+                "--error-file",
+                "--auth-file",
+                "--server-num",
+                "--xauth-protocol",
+                "--server-args",
+                "--wait",
+            ],
+            0,
+        ),
+        "dbus-run-session" => w("", &["--config-file", "--dbus-daemon"], 0),
+        "systemd-inhibit" => w("", &["--what", "--who", "--why", "--mode"], 0),
+        "setpriv" => w(
+            "",
+            &[
+                "--reuid",
+                "--regid",
+                "--ruid",
+                "--euid",
+                "--rgid",
+                "--egid",
+                "--groups",
+                "--inh-caps",
+                "--ambient-caps",
+                "--bounding-set",
+                "--securebits",
+                "--pdeathsig",
+            ],
+            0,
+        ),
+        "valgrind" | "catchsegv" | "firejail" | "entr" => w("", &[], 0),
+        "proxychains" | "proxychains4" => w("f", &[], 0),
         "xargs" => w(
             "adEILnPs",
             &[
@@ -2109,6 +2337,12 @@ fn wrapper(name: &str) -> Option<Wrapper> {
         ),
         _ => return None,
     })
+}
+
+/// Whether `name` runs the rest of its arguments as a command (`sudo`,
+/// `env`, `timeout`, `strace`, …).
+pub fn is_wrapper(name: &str) -> bool {
+    wrapper(name).is_some() || matches!(name, "flock" | "watch" | "parallel")
 }
 
 /// The wrapped command of a wrapper's arguments; or, for `env -S`, the
