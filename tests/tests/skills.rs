@@ -370,3 +370,45 @@ fn sighup_applies_a_changed_skills_section_and_rescans() {
     daemon.signal(libc::SIGHUP);
     wait_for_list(&env, &args, "deploy");
 }
+
+#[test]
+fn skill_folders_made_after_the_start_are_watched_once_they_appear() {
+    // No periodic rescan during the test: only the watcher can see them.
+    let env = TestEnv::new("[skills]\nrescan_every = \"1h\"\n");
+    let user = user_skills(&env);
+    assert!(!user.exists());
+    let _daemon = env.start();
+
+    // The user's folder did not exist at the start.
+    write_skill(&user, "late-one", "Made after flytod started.");
+    wait_for_list(&env, &["skill_list"], "late-one  (user)");
+
+    // Nor a project's, two levels deep, when a session's workdir was asked
+    // about; `.flyto/` appears first, then its `skills/`.
+    let dir = workdir(&env, "proj");
+    let wd = dir.display().to_string();
+    let args = ["skill_list", "--project", wd.as_str()];
+    let before = env.ctl(&args);
+    assert!(!before.stdout.contains("deploy"), "{before:?}");
+    std::fs::create_dir(dir.join(".flyto")).unwrap();
+    write_skill(
+        &dir.join(".flyto/skills"),
+        "deploy",
+        "Deploys this project.",
+    );
+    wait_for_list(&env, &args, "deploy  (project");
+
+    // A watched folder removed and made again is watched again.
+    std::fs::remove_dir_all(&user).unwrap();
+    let gone = flyto_tests::wait_until(
+        "the removed folder's skill to leave skill_list",
+        flyto_tests::DEADLINE,
+        || {
+            let out = env.ctl(&["skill_list"]);
+            (!out.stdout.contains("late-one")).then_some(out.stdout)
+        },
+    );
+    assert!(gone.contains("flyto-plans"), "{gone}");
+    write_skill(&user, "late-two", "Made in the folder made again.");
+    wait_for_list(&env, &["skill_list"], "late-two  (user)");
+}

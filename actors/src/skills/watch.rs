@@ -7,7 +7,7 @@
 
 use super::SkillRegistry;
 use notify::{EventKind, RecursiveMode, Watcher};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
@@ -47,9 +47,9 @@ pub fn start(registry: Arc<SkillRegistry>) -> std::io::Result<()> {
             None
         }
     };
-    let mut watched: HashSet<PathBuf> = HashSet::new();
+    let mut folders = Folders::default();
     if let Some(dir) = registry.user_dir() {
-        watch_dir(&mut watcher, &mut watched, &dir);
+        folders.watch(&mut watcher, &dir);
     }
     registry.set_watch(tx);
     std::thread::Builder::new()
@@ -63,8 +63,25 @@ pub fn start(registry: Arc<SkillRegistry>) -> std::io::Result<()> {
                     .as_ref()
                     .map_or(next_rescan, |(at, _)| (*at).min(next_rescan));
                 match rx.recv_timeout(until.saturating_duration_since(now)) {
-                    Ok(Msg::Watch(dir)) => watch_dir(&mut watcher, &mut watched, &dir),
-                    Ok(Msg::Changed(path)) => due = Some((Instant::now() + DEBOUNCE, path)),
+                    Ok(Msg::Watch(dir)) => {
+                        // A folder that exists by the time it is asked about
+                        // was scanned by the asker: no rescan needed.
+                        folders.watch(&mut watcher, &dir);
+                    }
+                    Ok(Msg::Changed(path)) => {
+                        // Before re-arming: a removed folder is no longer
+                        // watched after it, yet its removal is a change.
+                        let inside = folders.covers(&path);
+                        let armed = folders.rearm(&mut watcher);
+                        if let Some(dir) = armed.first() {
+                            tracing::info!("skills: {} appeared; watching it now", dir.display());
+                            due = Some((Instant::now() + DEBOUNCE, dir.clone()));
+                        } else if inside {
+                            due = Some((Instant::now() + DEBOUNCE, path));
+                        }
+                        // Else: a folder made beside a missing skill folder's
+                        // place (a build's `target/`); nothing to rescan.
+                    }
                     Err(RecvTimeoutError::Timeout) => {
                         let now = Instant::now();
                         if let Some((at, path)) = &due
@@ -79,6 +96,9 @@ pub fn start(registry: Arc<SkillRegistry>) -> std::io::Result<()> {
                             next_rescan = now + every(&registry);
                         } else if next_rescan <= now {
                             tracing::debug!("skills: periodic rescan");
+                            // Events may have been dropped: a folder that
+                            // appeared meanwhile is armed now.
+                            folders.rearm(&mut watcher);
                             registry.reload();
                             next_rescan = now + every(&registry);
                         }
@@ -97,22 +117,115 @@ fn every(registry: &SkillRegistry) -> Duration {
         .max(Duration::from_secs(1))
 }
 
-fn watch_dir(
-    watcher: &mut Option<notify::RecommendedWatcher>,
-    watched: &mut HashSet<PathBuf>,
-    dir: &Path,
-) {
-    let Some(w) = watcher.as_mut() else {
-        return;
-    };
-    if watched.contains(dir) || !dir.is_dir() {
-        return;
-    }
-    match w.watch(dir, RecursiveMode::Recursive) {
-        Ok(()) => {
-            watched.insert(dir.to_path_buf());
+/// The skill folders asked for: those that exist are watched whole; one
+/// that does not (yet) is waited for through its nearest existing
+/// ancestor, watched alone, and armed when it appears. inotify cannot
+/// watch a path that is not there, and a folder removed loses its watch,
+/// so both are waited for the same way.
+#[derive(Default)]
+struct Folders {
+    /// Watched whole (recursively).
+    watched: HashSet<PathBuf>,
+    /// Missing folder -> the ancestor watched for it.
+    pending: HashMap<PathBuf, PathBuf>,
+    /// Ancestors watched alone, with how many missing folders wait on each.
+    ancestors: HashMap<PathBuf, usize>,
+}
+
+impl Folders {
+    /// Watches `dir`, or waits for it. Returns whether it is watched now.
+    fn watch(&mut self, watcher: &mut Option<notify::RecommendedWatcher>, dir: &Path) -> bool {
+        let Some(w) = watcher.as_mut() else {
+            return false;
+        };
+        if self.watched.contains(dir) {
+            return true;
         }
-        Err(e) => tracing::warn!("skills: cannot watch {} ({e})", dir.display()),
+        if dir.is_dir() {
+            match w.watch(dir, RecursiveMode::Recursive) {
+                Ok(()) => {
+                    self.watched.insert(dir.to_path_buf());
+                    self.stop_waiting(w, dir);
+                    return true;
+                }
+                // Removed between the check and the watch: wait for it.
+                Err(e) if dir.is_dir() => {
+                    tracing::warn!(
+                        "skills: cannot watch {} ({e}); only periodic rescans pick up its changes",
+                        dir.display()
+                    );
+                    return false;
+                }
+                Err(_) => {}
+            }
+        }
+        let Some(ancestor) = dir.ancestors().skip(1).find(|a| a.is_dir()) else {
+            return false;
+        };
+        if self.pending.get(dir).is_some_and(|a| a == ancestor) {
+            return false;
+        }
+        self.stop_waiting(w, dir);
+        let count = self.ancestors.entry(ancestor.to_path_buf()).or_default();
+        // Under a folder watched whole, its events come already.
+        if *count == 0
+            && !self.covers(ancestor)
+            && let Err(e) = w.watch(ancestor, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(
+                "skills: {} does not exist and {} cannot be watched for it ({e}); a skill added there is seen at the next periodic rescan",
+                dir.display(),
+                ancestor.display()
+            );
+        }
+        *self.ancestors.entry(ancestor.to_path_buf()).or_default() += 1;
+        self.pending
+            .insert(dir.to_path_buf(), ancestor.to_path_buf());
+        false
+    }
+
+    fn stop_waiting(&mut self, w: &mut notify::RecommendedWatcher, dir: &Path) {
+        let Some(ancestor) = self.pending.remove(dir) else {
+            return;
+        };
+        if let Some(count) = self.ancestors.get_mut(&ancestor) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.ancestors.remove(&ancestor);
+                if !self.covers(&ancestor) {
+                    let _ = w.unwatch(&ancestor);
+                }
+            }
+        }
+    }
+
+    /// After a change: arms the folders that appeared, waits again for
+    /// those removed, and waits nearer for those whose ancestors appeared.
+    /// Returns the folders armed.
+    fn rearm(&mut self, watcher: &mut Option<notify::RecommendedWatcher>) -> Vec<PathBuf> {
+        let gone: Vec<PathBuf> = self
+            .watched
+            .iter()
+            .filter(|d| !d.is_dir())
+            .cloned()
+            .collect();
+        for dir in gone {
+            self.watched.remove(&dir);
+            if let Some(w) = watcher.as_mut() {
+                let _ = w.unwatch(&dir);
+            }
+            self.watch(watcher, &dir);
+        }
+        let waiting: Vec<PathBuf> = self.pending.keys().cloned().collect();
+        waiting
+            .into_iter()
+            .filter(|dir| self.watch(watcher, dir))
+            .collect()
+    }
+
+    /// Whether `path` is in a folder watched whole.
+    fn covers(&self, path: &Path) -> bool {
+        self.watched.iter().any(|d| path.starts_with(d))
     }
 }
 
