@@ -110,7 +110,9 @@ fn hooks_block_a_call_see_results_add_context_and_send_a_run_on_once() {
     );
     // A failing hook that is not required is reported and ignored.
     assert!(
-        hooks.contains(&("flaky".into(), "failed: exit 7".into())),
+        hooks
+            .iter()
+            .any(|(n, o)| n == "flaky" && o.starts_with("failed: exited 7")),
         "{hooks:?}"
     );
 
@@ -358,4 +360,62 @@ fn a_plan_finished_hook_hears_of_each_plan_once_with_its_steps(backend: flyto_te
     let listed = env.ctl(&["hook_list"]);
     assert!(listed.stdout.contains("done (plan_finished"), "{listed:?}");
     assert!(listed.stdout.contains(" ok ("), "{listed:?}");
+}
+
+#[test]
+fn a_hook_that_fails_in_the_sandbox_says_why_in_the_events_the_log_and_hook_list() {
+    let (_fake, env, daemon) = setup_with(
+        concat!(
+            // Writes outside the session's workdir: the sandbox refuses.
+            "[[hooks]]\nname = \"outside\"\nevent = \"pre_tool_use\"\n",
+            "command = \"cat > \\\"$HOME/hook-input.json\\\"\"\n",
+            "[[hooks]]\nname = \"missing\"\nevent = \"user_prompt\"\n",
+            "command = \"no-such-hook-program\"\n",
+        ),
+        vec![
+            Reply::tool_call("c", "bash", json!({"command": "echo ran > ran.txt"})),
+            Reply::text("ok"),
+        ],
+    );
+    let dir = workdir(&env, "p");
+    let id = new_session(&env, &dir);
+    let events = send(&env, &id, "go");
+    assert!(
+        !env.work.join("hook-input.json").exists(),
+        "the sandbox let a hook write outside the workdir"
+    );
+    // Not blocking: the call still ran.
+    assert!(dir.join("ran.txt").exists());
+
+    let hooks = hook_events(&events);
+    let outcome = |name: &str| {
+        hooks
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.clone())
+            .unwrap_or_else(|| panic!("no event for hook {name}: {hooks:?}"))
+    };
+    let outside = outcome("outside");
+    assert!(
+        outside.starts_with("failed: exited 1: ") && outside.contains("Permission denied"),
+        "{outside}"
+    );
+    assert!(outside.contains("`[sandbox] writable`"), "{outside}");
+    let missing = outcome("missing");
+    assert!(missing.starts_with("failed: exited 127: "), "{missing}");
+    assert!(missing.contains("check `command`"), "{missing}");
+
+    // The log names the hook, the reason and the fix.
+    let log = wait_until("the hook failures in the log", DEADLINE, || {
+        let log = daemon.log();
+        (log.contains("hook `outside` (pre_tool_use) exited 1")
+            && log.contains("hook `missing` (user_prompt) exited 127"))
+        .then_some(log)
+    });
+    assert!(log.contains("`[sandbox] writable`"), "{log}");
+
+    // hook_list keeps the same outcome.
+    let out = env.ctl(&["hook_list", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("Permission denied"), "{}", out.stdout);
 }

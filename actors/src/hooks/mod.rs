@@ -334,17 +334,29 @@ async fn run_one(spec: &HookSpec, input: &str, env: &HookEnv, at_ms: u64) -> (Ra
             run.await
         }
     };
-    let failed = |why: String| {
-        if spec.required {
-            Said::Block(format!("required hook `{}` {why}", spec.name))
+    let sandboxed = env.sandbox.as_ref().is_some_and(|s| !s.is_off());
+    // A failure says why and what to do, in the session's events (its
+    // outcome), `hook_list` and the log alike: a hook that fails in the
+    // sandbox must not look like one that worked.
+    let failure = failure(spec, &outcome.exit, &outcome.stderr_tail, sandboxed, env);
+    if let Some((why, todo)) = &failure {
+        let then = if spec.required {
+            "blocking"
         } else {
-            tracing::warn!(hook = %spec.name, event = spec.event.as_str(), "hook {why}; going on");
-            Said::Nothing
-        }
-    };
-    let said = match &outcome.exit {
-        Exit::Code(0) => decision(&outcome.stdout_tail),
-        Exit::Code(2) => {
+            "going on"
+        };
+        tracing::warn!(
+            hook = %spec.name,
+            event = spec.event.as_str(),
+            workdir = %env.workdir.display(),
+            "hook `{}` ({}) {why}: {todo}; {then}",
+            spec.name,
+            spec.event.as_str()
+        );
+    }
+    let said = match (&outcome.exit, &failure) {
+        (Exit::Code(0), _) => decision(&outcome.stdout_tail),
+        (Exit::Code(2), _) => {
             let reason = clip(&outcome.stderr_tail);
             Said::Block(if reason.is_empty() {
                 format!("hook `{}` exited 2 without a reason on stderr", spec.name)
@@ -352,30 +364,21 @@ async fn run_one(spec: &HookSpec, input: &str, env: &HookEnv, at_ms: u64) -> (Ra
                 reason
             })
         }
-        Exit::Code(c) => failed(format!(
-            "exited {c}: {}",
-            clip(&outcome.stderr_tail)
-                .lines()
-                .last()
-                .unwrap_or("(no stderr)")
-        )),
-        Exit::Signal(s) => failed(format!("was killed by signal {s}")),
-        Exit::TimedOut => failed(format!(
-            "timed out after {} s (its timeout)",
-            spec.timeout.as_secs_f64()
-        )),
-        Exit::Cancelled(_) => Said::Nothing,
-        Exit::SpawnFailed(why) => failed(format!("could not start: {why}")),
+        (_, Some((why, todo))) if spec.required => {
+            Said::Block(format!("required hook `{}` {why}: {todo}", spec.name))
+        }
+        _ => Said::Nothing,
     };
-    let outcome_text = match (&said, &outcome.exit) {
-        (Said::Block(r), _) => format!("blocked: {r}"),
-        (Said::Context(_), _) => "context added".into(),
-        (_, Exit::Code(0)) => "ok".into(),
-        (_, Exit::Cancelled(_)) => "cancelled".into(),
-        (_, Exit::TimedOut) => format!("timed out after {} s", spec.timeout.as_secs_f64()),
-        (_, Exit::Code(c)) => format!("failed: exit {c}"),
-        (_, Exit::Signal(s)) => format!("failed: signal {s}"),
-        (_, Exit::SpawnFailed(w)) => format!("failed: {w}"),
+    let outcome_text = match (&said, &outcome.exit, &failure) {
+        (Said::Block(r), _, _) => format!("blocked: {r}"),
+        (Said::Context(_), _, _) => "context added".into(),
+        (_, Exit::Code(0), _) => "ok".into(),
+        (_, Exit::Cancelled(_), _) => "cancelled".into(),
+        (_, Exit::TimedOut, Some((_, todo))) => {
+            format!("timed out after {} s: {todo}", spec.timeout.as_secs_f64())
+        }
+        (_, _, Some((why, todo))) => format!("failed: {why}: {todo}"),
+        (_, _, None) => "failed".into(),
     };
     let ran = Ran {
         name: spec.name.clone(),
@@ -385,6 +388,72 @@ async fn run_one(spec: &HookSpec, input: &str, env: &HookEnv, at_ms: u64) -> (Ra
         at_ms,
     };
     (ran, said)
+}
+
+/// Whether `stderr` reads like a write or an action the kernel refused.
+fn denied(stderr: &str) -> bool {
+    [
+        "Permission denied",
+        "Read-only file system",
+        "Operation not permitted",
+    ]
+    .iter()
+    .any(|d| stderr.contains(d))
+}
+
+/// Why a hook's run failed and what to do about it; `None` when it did
+/// not fail (exit 0, exit 2 to block, a cancel).
+fn failure(
+    spec: &HookSpec,
+    exit: &Exit,
+    stderr: &str,
+    sandboxed: bool,
+    env: &HookEnv,
+) -> Option<(String, String)> {
+    let last = clip(stderr).lines().last().unwrap_or("").trim().to_string();
+    let by_hand = format!(
+        "run its command by hand in {} with its input on stdin to see why",
+        env.workdir.display()
+    );
+    let sandbox_note = format!(
+        "the session's sandbox lets a hook write only in its workdir ({}), TMPDIR and `[sandbox] writable`: have the hook write there, or add the folder it needs to `[sandbox] writable`",
+        env.workdir.display()
+    );
+    let (why, todo) = match exit {
+        Exit::Code(0) | Exit::Code(2) | Exit::Cancelled(_) => return None,
+        Exit::Code(c) => {
+            let why = if last.is_empty() {
+                format!("exited {c} with nothing on stderr")
+            } else {
+                format!("exited {c}: {last}")
+            };
+            let todo = if *c == 126 || *c == 127 {
+                format!(
+                    "its command could not be run{}: check `command` in its `[[hooks]]` entry and that the program is on the PATH flytod's sessions get",
+                    if sandboxed { " inside the session's sandbox" } else { "" }
+                )
+            } else if sandboxed && denied(stderr) {
+                sandbox_note
+            } else {
+                by_hand
+            };
+            (why, todo)
+        }
+        Exit::Signal(s) => (format!("was killed by signal {s}"), by_hand),
+        Exit::TimedOut => (
+            format!("timed out after {} s (its timeout)", spec.timeout.as_secs_f64()),
+            "raise `timeout` in its `[[hooks]]` entry, or make it finish sooner (a hook that waits for input never ends)".into(),
+        ),
+        Exit::SpawnFailed(why) => (
+            format!("could not start: {why}"),
+            if sandboxed {
+                format!("check that its workdir {} exists and that the session's sandbox can be set up here (flytod's log at start says what the kernel offers)", env.workdir.display())
+            } else {
+                format!("check that its workdir {} exists", env.workdir.display())
+            },
+        ),
+    };
+    Some((why, todo))
 }
 
 #[cfg(test)]
@@ -485,7 +554,12 @@ mod tests {
         )
         .await;
         assert_eq!(v, Verdict::default());
-        assert_eq!(ran[0].outcome, "failed: exit 3");
+        assert!(
+            ran[0].outcome.starts_with(
+                "failed: exited 3 with nothing on stderr: run its command by hand in "
+            ),
+            "{ran:?}"
+        );
         let (v, _) = verdict(
             vec![spec("f", HookEvent::PreToolUse, "exit 3", true)],
             Some("bash"),
@@ -496,6 +570,44 @@ mod tests {
         slow.timeout = Duration::from_millis(300);
         let (v, ran) = verdict(vec![slow], Some("bash")).await;
         assert!(v.blocked.unwrap().1.contains("timed out"), "{ran:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_failure_says_why_and_what_to_do() {
+        let (_, ran) = verdict(
+            vec![spec(
+                "gone",
+                HookEvent::PreToolUse,
+                "no-such-hook-program-here",
+                false,
+            )],
+            Some("bash"),
+        )
+        .await;
+        let o = &ran[0].outcome;
+        assert!(o.starts_with("failed: exited 127: "), "{o}");
+        assert!(o.contains("not found"), "{o}");
+        assert!(
+            o.contains("check `command` in its `[[hooks]]` entry"),
+            "{o}"
+        );
+    }
+
+    #[test]
+    fn a_write_the_sandbox_refused_points_at_the_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let hook = spec("audit", HookEvent::PostToolUse, "x", false);
+        let stderr = "bash: line 2: /home/u/audit.log: Permission denied\n";
+        let (why, todo) = failure(&hook, &Exit::Code(1), stderr, true, &env(dir.path())).unwrap();
+        assert_eq!(
+            why,
+            "exited 1: bash: line 2: /home/u/audit.log: Permission denied"
+        );
+        assert!(todo.contains("`[sandbox] writable`"), "{todo}");
+        // Unconfined, the same refusal is not the sandbox's.
+        let (_, todo) = failure(&hook, &Exit::Code(1), stderr, false, &env(dir.path())).unwrap();
+        assert!(todo.starts_with("run its command by hand"), "{todo}");
+        assert!(failure(&hook, &Exit::Code(2), "", true, &env(dir.path())).is_none());
     }
 
     #[tokio::test(flavor = "multi_thread")]
