@@ -105,8 +105,9 @@ pub struct JobArgs {
     /// Disable the job after this many failed runs in a row [default: 5]
     #[arg(long, value_name = "N")]
     pub max_failures: Option<u32>,
-    /// A fixed per-job delay of at most this many seconds
-    #[arg(long, value_name = "SECS")]
+    /// A fixed per-job delay of at most this long: seconds, or a duration
+    /// like 90s, 5m
+    #[arg(long, value_name = "SECS", value_parser = crate::plan_file::parse_secs)]
     pub jitter: Option<u64>,
     #[arg(long)]
     pub json: bool,

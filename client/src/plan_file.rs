@@ -242,19 +242,16 @@ pub fn one_step(opts: OneStep) -> Result<PlanSpec> {
 
 /// `--timeout`: whole seconds (`90`) or a humantime duration (`5m`, `1h30m`).
 pub fn parse_timeout(s: &str) -> Result<u64, String> {
-    let secs = match s.trim().parse::<u64>() {
-        Ok(secs) => secs,
-        Err(_) => {
-            let d = humantime::parse_duration(s.trim()).map_err(|e| {
-                format!("`{s}` is not a number of seconds or a duration like 90s or 5m: {e}")
-            })?;
-            d.as_secs() + u64::from(d.subsec_nanos() > 0)
-        }
-    };
+    let secs = flyto_protocol::duration::parse_secs("--timeout", s)?;
     if secs == 0 {
         return Err("the timeout must be at least 1 second".to_string());
     }
     Ok(secs)
+}
+
+/// A flag of seconds (`--jitter`): a number, or a duration like `5m`.
+pub fn parse_secs(s: &str) -> Result<u64, String> {
+    flyto_protocol::duration::parse_secs("the value", s)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {

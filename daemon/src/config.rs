@@ -48,7 +48,7 @@ pub struct HookEntry {
     /// A tool name or glob (`bash`, `write*`); tool events only.
     pub matcher: Option<String>,
     pub command: String,
-    #[serde(default = "hook_timeout", with = "humantime_serde")]
+    #[serde(default = "hook_timeout", with = "flyto_protocol::duration::human")]
     pub timeout: Duration,
     /// Block when the hook fails or times out (default: go on).
     #[serde(default)]
@@ -149,17 +149,18 @@ pub const DATABASE_URL_VAR: &str = "FLYTO_DATABASE_URL";
 #[serde(deny_unknown_fields, default)]
 pub struct ChannelsSection {
     /// Reply chunks not sent within this long are dropped, never sent late.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub outbox_ttl: Duration,
     /// After this long without a message, a chat's next turn starts the
     /// model's window afresh (the history keeps everything).
+    #[serde(with = "flyto_protocol::duration::hours")]
     pub session_gap_hours: f64,
     /// How long one long poll waits (Telegram, WeChat, the inbox rescan).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub poll_timeout: Duration,
     /// A poll not completed within its timeout plus this is abandoned and
     /// the connection rebuilt.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub stall_grace: Duration,
     /// Where chat sessions work; default the home directory.
     pub workdir: Option<String>,
@@ -199,10 +200,10 @@ pub struct WechatSection {
     pub chunk_chars: usize,
     pub max_chunks: usize,
     /// A proactive send needs a context token younger than this.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub context_ttl: Duration,
     /// How long a binding whose session expired (errcode -14) pauses.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub pause_on_expiry: Duration,
 }
 
@@ -248,8 +249,9 @@ impl Default for JobsSection {
 #[serde(deny_unknown_fields, default)]
 pub struct DreamSection {
     pub enabled: bool,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub check_every: Duration,
+    #[serde(with = "flyto_protocol::duration::whole_hours")]
     pub min_hours: u64,
     pub min_sessions: usize,
     /// A role (`main`, `fast`) or a `[models.<name>]` profile.
@@ -257,7 +259,7 @@ pub struct DreamSection {
     pub max_calls: u32,
     /// USD per run; 0 means no cap.
     pub max_cost_usd: f64,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub time_limit: Duration,
     /// Entries one run may remove: a count (`3`) or a share (`"10%"`).
     pub max_removed: MaxRemoved,
@@ -299,6 +301,7 @@ pub struct MemorySection {
     /// Most tokens the injected entries take together.
     pub token_budget: u64,
     /// Past this many days an injected entry says to verify it.
+    #[serde(with = "flyto_protocol::duration::whole_days")]
     pub stale_days: u64,
     /// A background extraction after this many turns of a session in
     /// which the agent saved nothing itself; 0 turns it off.
@@ -338,7 +341,7 @@ pub struct SkillsSection {
     /// Read `<workdir>/.flyto/skills` and `<workdir>/.agents/skills`.
     pub project: bool,
     /// The periodic rescan behind the folder watcher.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub rescan_every: Duration,
 }
 
@@ -359,12 +362,12 @@ pub struct SessionsSection {
     pub max_run_cost_usd: f64,
     pub max_continuations: u32,
     /// A session actor with nothing to do stops after this long.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub idle_stop: Duration,
     /// Profile or role for sessions that name none.
     pub default_model: String,
     /// How long an `ask` command waits for an attached person's y/N.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub approval_timeout: Duration,
     /// Sub-agents below a session people started (0: no `agent` tool).
     pub max_agent_depth: u32,
@@ -395,7 +398,7 @@ impl Default for SessionsSection {
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonSection {
     /// How long running steps may go on after SIGTERM before they are killed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub shutdown_grace: Duration,
     /// Used when RUST_LOG is unset: error, warn, info, debug, trace.
     pub log_level: String,
@@ -406,7 +409,7 @@ pub struct DaemonSection {
     /// sled's page cache, the bulk of the daemon's memory.
     pub cache_mb: u64,
     pub max_restarts: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub restart_window: Duration,
 }
 
@@ -429,14 +432,14 @@ impl Default for DaemonSection {
 pub struct PlansSection {
     pub max_parallel_plans: usize,
     pub max_parallel_steps: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub plan_ttl: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub step_timeout: Duration,
     pub max_attempts: u32,
     pub max_steps: usize,
     /// Between SIGTERM and SIGKILL when a step's process group is stopped.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub kill_grace: Duration,
     pub output_tail_bytes: usize,
     pub log_max_bytes: u64,

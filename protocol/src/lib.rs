@@ -33,6 +33,7 @@
 //! ```
 
 pub mod client;
+pub mod duration;
 pub mod framing;
 pub mod paths;
 pub mod types;

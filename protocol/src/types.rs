@@ -349,12 +349,23 @@ pub struct JobSpec {
     pub mode: Option<String>,
     pub name: Option<String>,
     pub workdir: Option<String>,
+    #[serde(default, deserialize_with = "timeout_secs")]
     pub timeout_secs: Option<u64>,
     /// RFC 3339, or a local date and time in the job's zone.
     pub expires: Option<String>,
     pub notify: Option<String>,
     pub max_consecutive_failures: Option<u32>,
+    #[serde(default, deserialize_with = "jitter_secs")]
     pub jitter_secs: Option<u64>,
+}
+
+// Durations a person writes (see `crate::duration`), each named in errors.
+fn timeout_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    crate::duration::de_opt_secs("timeout_secs", d)
+}
+
+fn jitter_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    crate::duration::de_opt_secs("jitter_secs", d)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1300,6 +1311,8 @@ pub struct StepSpec {
     pub session: Option<String>,
     #[serde(default)]
     pub deps: Vec<String>,
+    /// Seconds, or a duration like `5m` in TOML and JSON.
+    #[serde(default, deserialize_with = "timeout_secs")]
     pub timeout_secs: Option<u64>,
     pub max_attempts: Option<u32>,
     pub workdir: Option<String>,

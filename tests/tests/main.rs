@@ -29,6 +29,7 @@ mod channels_wechat;
 mod cli;
 mod compaction;
 mod dream;
+mod durations;
 mod durability;
 mod extraction;
 mod guards;

@@ -82,7 +82,7 @@ pub struct ModelProfile {
     #[serde(default = "default_true")]
     pub parallel_tool_calls: bool,
     /// A stream with no event for this long fails with a retryable timeout.
-    #[serde(default = "default_idle", with = "humantime_serde")]
+    #[serde(default = "default_idle", with = "flyto_protocol::duration::human")]
     pub stream_idle_timeout: Duration,
     /// OpenAI-compatible only: the name of the output budget field.
     #[serde(default)]
@@ -104,13 +104,13 @@ pub struct RetrySettings {
     /// Attempts in total, the first included.
     pub max_attempts: u32,
     /// Backoff before the second attempt; doubles each time, with jitter.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub initial_backoff: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub max_backoff: Duration,
     /// A `retry-after` longer than this is not waited for: the call fails
     /// with the rate-limit error instead of stalling the session.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub max_retry_after: Duration,
     /// For the `main` role: switch to `roles.main_fallback` after this many
     /// consecutive "overloaded" answers.
