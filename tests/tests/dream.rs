@@ -627,3 +627,48 @@ fn bad_dream_input_gets_a_clear_error_and_flytod_keeps_serving() {
     );
     assert!(fake.requests().is_empty());
 }
+
+#[test]
+fn a_dream_reads_a_hand_written_entry_and_leaves_its_bytes_alone() {
+    let hand = "---\nname: tabs\ndescription: the user prefers tabs\ntype: feedback\n---\n\nIndent with tabs.\n";
+    let fake = FakeLlm::start(vec![
+        Reply::tool_calls(vec![
+            (
+                "r",
+                "memory_read",
+                json!({"name": "tabs"}).to_string(),
+            ),
+            (
+                "w",
+                "memory_write",
+                json!({"name": "e0", "type": "project", "description": "about e0", "body": "consolidated body"}).to_string(),
+            ),
+        ]),
+        Reply::text("Updated e0."),
+    ]);
+    let (env, _daemon, _dir, wd, folder) = project(&fake, "");
+    seed(&folder, 3);
+    std::fs::write(folder.join("tabs.md"), hand).unwrap();
+
+    let (code, run) = dream(&env, &["dream_run", "--project", &wd]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(run["outcome"], "applied", "{run}");
+    assert_eq!(names(&run["diff"]["updated"]), ["e0"], "{run}");
+    // The dreamer could read it ...
+    let read = fake
+        .requests()
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "r")
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap();
+    assert!(read.contains("Indent with tabs."), "{read}");
+    // ... and the new memory holds the person's file as they wrote it.
+    assert_eq!(files(&folder)["tabs.md"], hand.as_bytes());
+    let listed = env.ctl(&["memory_list", "--project", &wd]);
+    assert!(
+        listed.stdout.contains("tabs") && !listed.stdout.contains("unreadable"),
+        "{}",
+        listed.stdout
+    );
+}

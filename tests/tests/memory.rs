@@ -723,3 +723,86 @@ fn an_exported_folder_edited_and_imported_becomes_the_memory_and_drops_go_to_the
         .collect();
     assert_eq!(names, ["seed"]);
 }
+
+/// The keys other agents (and people) write: name, description and type.
+const HAND_WRITTEN: &str = "---\nname: tabs\ndescription: the user prefers tabs\ntype: feedback\n---\n\nIndent with tabs.\n";
+
+#[test]
+fn a_hand_written_entry_is_read_as_it_is_and_written_in_full_only_when_changed() {
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call("r", "memory_read", json!({"name": "tabs"}).to_string()),
+        Reply::tool_call("n", "memory_read", json!({"name": "deploy"}).to_string()),
+        Reply::text("read"),
+    ]);
+    let dir = workdir(&env, "proj");
+    let wd = dir.display().to_string();
+    let folder = project_dir(&env, &dir);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("tabs.md"), HAND_WRITTEN).unwrap();
+    // No frontmatter at all: a body, named by its file.
+    let bare = "# How we deploy\n\nRun `make deploy` from main.\n";
+    std::fs::write(folder.join("deploy.md"), bare).unwrap();
+
+    let id = new_session(&env, &dir);
+    send(&env, &id, "what do you remember?");
+    let read = tool_result(&fake, "r");
+    assert!(
+        read.contains("Indent with tabs.") && read.contains("feedback"),
+        "{read}"
+    );
+    assert!(
+        tool_result(&fake, "n").contains("Run `make deploy` from main."),
+        "{}",
+        tool_result(&fake, "n")
+    );
+
+    let scope = listing(&env, &dir);
+    assert_eq!(scope["problems"], json!([]), "{scope}");
+    let names: Vec<&str> = scope["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["deploy", "tabs"], "{scope}");
+    let shown = env.ctl(&["memory_show", "deploy", "--project", &wd]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(shown.stdout.contains("How we deploy"), "{}", shown.stdout);
+    // Reading wrote nothing back.
+    assert_eq!(
+        std::fs::read_to_string(folder.join("tabs.md")).unwrap(),
+        HAND_WRITTEN
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("deploy.md")).unwrap(),
+        bare
+    );
+
+    // A change writes the whole frontmatter, keeping what the file said.
+    fake.push(vec![
+        Reply::tool_call(
+            "w",
+            "memory_write",
+            json!({"name": "tabs", "type": "feedback", "description": "the user prefers tabs", "body": "Indent with tabs, width 4."}).to_string(),
+        ),
+        Reply::text("saved"),
+    ]);
+    send(&env, &id, "tabs are 4 wide");
+    assert_eq!(
+        tool_result(&fake, "w"),
+        "replaced memory `tabs` (now version 2)"
+    );
+    let text = std::fs::read_to_string(folder.join("tabs.md")).unwrap();
+    for key in [
+        "name: tabs\n",
+        "description: the user prefers tabs\n",
+        "type: feedback\n",
+        "\ncreated: ",
+        "\nupdated: ",
+        "\nsource: ",
+        "\nversion: 2\n",
+    ] {
+        assert!(text.contains(key), "{key:?} missing from:\n{text}");
+    }
+    assert!(text.ends_with("Indent with tabs, width 4.\n"), "{text}");
+}

@@ -261,8 +261,70 @@ pub fn render(meta: &Meta, body: &str) -> String {
     out
 }
 
-/// Parses the text of `<stem>.md`.
+/// The frontmatter as a person or another agent may write it: only what
+/// cannot be inferred is needed, the rest is filled (see [`Fill`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<Kind>,
+    created: Option<String>,
+    updated: Option<String>,
+    source: Option<String>,
+    version: Option<u32>,
+    session: Option<String>,
+}
+
+/// What fills the keys a hand-written file leaves out: the file's own
+/// metadata and its scope. Filled keys are written in full only when the
+/// entry is next changed; reading never rewrites a file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fill {
+    /// `created` and `updated`: the file's modification time.
+    pub mtime_ms: u64,
+    /// `type`: the scope's own (`project` or `user`).
+    pub kind: Kind,
+}
+
+impl Default for Fill {
+    fn default() -> Fill {
+        Fill {
+            mtime_ms: 0,
+            kind: Kind::Project,
+        }
+    }
+}
+
+/// `source` of an entry whose file does not say who wrote it: a person
+/// (or another agent) wrote it by hand.
+pub const SOURCE_HAND: &str = "user";
+
+/// The first line of `body` with text, without a heading's `#`s, cut to
+/// [`MAX_DESCRIPTION`] characters: the description of a file without one.
+fn first_line(body: &str) -> String {
+    body.lines()
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .take(MAX_DESCRIPTION)
+        .collect()
+}
+
+/// Parses the text of `<stem>.md`, filling left-out keys with defaults
+/// (see [`parse_with`]).
 pub fn parse(file: &str, stem: &str, text: &str) -> Result<Entry, Problem> {
+    parse_with(file, stem, text, Fill::default())
+}
+
+/// Parses the text of `<stem>.md`. A file may leave out every key but
+/// what it cannot do without: `name` is the file's, `description` the
+/// body's first line, `type` the scope's, the times the file's mtime,
+/// `source` [`SOURCE_HAND`], `version` 1. A file with no frontmatter at
+/// all is read the same way, as a body.
+pub fn parse_with(file: &str, stem: &str, text: &str, fill: Fill) -> Result<Entry, Problem> {
     let problem = |line: usize, reason: String| Problem {
         file: file.to_string(),
         line,
@@ -270,36 +332,53 @@ pub fn parse(file: &str, stem: &str, text: &str) -> Result<Entry, Problem> {
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let text = text.replace("\r\n", "\n");
-    let Some(rest) = text.strip_prefix("---\n") else {
-        return Err(problem(
-            1,
-            "the file does not start with a `---` frontmatter line".into(),
-        ));
+    let (yaml, body) = match text.strip_prefix("---\n") {
+        None => ("", text.as_str()),
+        Some(rest) => match rest.find("\n---\n") {
+            Some(i) => (&rest[..i + 1], &rest[i + 5..]),
+            None if rest.ends_with("\n---") => (&rest[..rest.len() - 3], ""),
+            // `---` then nothing: an empty frontmatter.
+            None if rest.starts_with("---\n") || rest == "---" => {
+                ("", rest.strip_prefix("---").unwrap_or(rest))
+            }
+            None => {
+                return Err(problem(
+                    1,
+                    "the frontmatter is not closed by a `---` line".into(),
+                ));
+            }
+        },
     };
-    let (yaml, body) = match rest.find("\n---\n") {
-        Some(i) => (&rest[..i + 1], &rest[i + 5..]),
-        None if rest.ends_with("\n---") => (&rest[..rest.len() - 3], ""),
-        None => {
-            return Err(problem(
-                1,
-                "the frontmatter is not closed by a `---` line".into(),
-            ));
-        }
+    let written: Written = if yaml.trim().is_empty() {
+        Written::default()
+    } else {
+        serde_yaml_ng::from_str(yaml).map_err(|e| {
+            // +1: the opening `---` line.
+            let mut line = e.location().map_or(1, |l| l.line() + 1);
+            let msg = e.to_string();
+            // The library appends " at line L column C"; the line is ours.
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            // A type's own check does not know its position: the `type:` line.
+            if msg.contains("unknown memory type")
+                && let Some(i) = yaml.lines().position(|l| l.starts_with("type:"))
+            {
+                line = i + 2;
+            }
+            problem(line, msg)
+        })?
     };
-    let meta: Meta = serde_yaml_ng::from_str(yaml).map_err(|e| {
-        // +1: the opening `---` line.
-        let mut line = e.location().map_or(1, |l| l.line() + 1);
-        let msg = e.to_string();
-        // The library appends " at line L column C"; the line is ours.
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        // A type's own check does not know its position: the `type:` line.
-        if msg.contains("unknown memory type")
-            && let Some(i) = yaml.lines().position(|l| l.starts_with("type:"))
-        {
-            line = i + 2;
-        }
-        problem(line, msg)
-    })?;
+    let body = body.strip_prefix('\n').unwrap_or(body).to_string();
+    let filled_time = || rfc3339(fill.mtime_ms);
+    let meta = Meta {
+        name: written.name.unwrap_or_else(|| stem.to_string()),
+        description: written.description.unwrap_or_else(|| first_line(&body)),
+        kind: written.kind.unwrap_or(fill.kind),
+        created: written.created.unwrap_or_else(filled_time),
+        updated: written.updated.unwrap_or_else(filled_time),
+        source: written.source.unwrap_or_else(|| SOURCE_HAND.to_string()),
+        version: written.version.unwrap_or(1),
+        session: written.session,
+    };
     let key_line = |key: &str| {
         yaml.lines()
             .position(|l| l.starts_with(&format!("{key}:")))
@@ -330,7 +409,6 @@ pub fn parse(file: &str, stem: &str, text: &str) -> Result<Entry, Problem> {
     };
     let created_ms = time("created", &meta.created)?;
     let updated_ms = time("updated", &meta.updated)?;
-    let body = body.strip_prefix('\n').unwrap_or(body).to_string();
     let headings = headings(&body);
     Ok(Entry {
         meta,
@@ -418,8 +496,8 @@ mod tests {
         let p = parse("b.md", "b", &text).unwrap_err();
         assert_eq!(p.line, 2, "{p}");
         assert!(p.reason.contains("differs"), "{p}");
-        let p = parse("a.md", "a", "no frontmatter").unwrap_err();
-        assert_eq!(p.line, 1);
+        let p = parse("a.md", "a", "---\nname: a\ntype: project\n---\n\n").unwrap_err();
+        assert!(p.reason.contains("description is empty"), "{p}");
         let bad_time = text.replace(&rfc3339(1_700_000_100_000), "last tuesday");
         assert_eq!(parse("a.md", "a", &bad_time).unwrap_err().line, 6);
         let unclosed = text.replace("---\n\n", "");
@@ -429,6 +507,37 @@ mod tests {
                 .reason
                 .contains("closed")
         );
+    }
+
+    #[test]
+    fn a_hand_written_entry_gets_what_it_leaves_out_from_its_file() {
+        let fill = Fill {
+            mtime_ms: 1_700_000_000_000,
+            kind: Kind::User,
+        };
+        let text = "---\nname: tabs\ndescription: prefers tabs\ntype: feedback\n---\n\nUse tabs.\n";
+        let e = parse_with("tabs.md", "tabs", text, fill).unwrap();
+        assert_eq!(e.meta.kind, Kind::Feedback);
+        assert_eq!(e.meta.description, "prefers tabs");
+        assert_eq!(e.meta.created, "2023-11-14T22:13:20Z");
+        assert_eq!((e.created_ms, e.updated_ms), (fill.mtime_ms, fill.mtime_ms));
+        assert_eq!(e.meta.source, SOURCE_HAND);
+        assert_eq!(e.meta.version, 1);
+        assert_eq!(e.body, "Use tabs.\n");
+        // Every key may be left out, even the frontmatter as a whole.
+        for text in [
+            "# Deploy steps\n\nRun make deploy.\n",
+            "---\n---\n# Deploy steps\n\nRun make deploy.\n",
+        ] {
+            let e = parse_with("deploy.md", "deploy", text, fill).unwrap();
+            assert_eq!(e.meta.name, "deploy");
+            assert_eq!(e.meta.description, "Deploy steps");
+            assert_eq!(e.meta.kind, Kind::User);
+            assert_eq!(e.headings, ["Deploy steps"]);
+        }
+        // A name that cannot be a memory name still says so.
+        let p = parse_with("Notes.md", "Notes", "hello\n", fill).unwrap_err();
+        assert!(p.reason.contains("not a memory name"), "{p}");
     }
 
     #[test]

@@ -131,7 +131,24 @@ impl ScopeDir {
         };
         let bytes = fs::read(&path).map_err(|e| problem(format!("cannot read it: {e}")))?;
         let text = String::from_utf8(bytes).map_err(|_| problem("it is not UTF-8 text".into()))?;
-        entry::parse(&path.display().to_string(), stem, &text)
+        entry::parse_with(&path.display().to_string(), stem, &text, self.fill(&path))
+    }
+
+    /// What fills the keys a hand-written file at `path` leaves out.
+    fn fill(&self, path: &Path) -> entry::Fill {
+        let mtime_ms = fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or_else(|| self.clock.now_ms(), |d| d.as_millis() as u64);
+        entry::Fill {
+            mtime_ms,
+            kind: if self.label == "user" {
+                entry::Kind::User
+            } else {
+                entry::Kind::Project
+            },
+        }
     }
 
     /// Reads every entry file.
@@ -354,7 +371,7 @@ impl ScopeDir {
         }
         let scan = self.scan()?;
         let text = fs::read_to_string(&stone).map_err(|e| io_err("read", &stone, e))?;
-        let back = entry::parse(&path.display().to_string(), name, &text)
+        let back = entry::parse_with(&path.display().to_string(), name, &text, self.fill(&stone))
             .map_err(|p| MemoryError::Malformed(p.to_string()))?;
         let mut all: Vec<&Entry> = scan.entries.iter().collect();
         all.push(&back);
