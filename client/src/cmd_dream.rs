@@ -250,7 +250,14 @@ pub fn diff(ctx: &Ctx, args: DiffArgs) -> Result<u8> {
     if args.json {
         return pretty(&v);
     }
-    print(&run_text(&v))?;
+    let mut text = run_text(&v);
+    // What changed inside each entry; records from before patches were
+    // kept have none.
+    for p in v["patches"].as_array().into_iter().flatten() {
+        text.push('\n');
+        text.push_str(p["unified"].as_str().unwrap_or(""));
+    }
+    print(&text)?;
     Ok(exit::SUCCESS)
 }
 

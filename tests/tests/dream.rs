@@ -179,11 +179,43 @@ fn a_dry_run_shows_the_diff_a_real_run_applies_and_undo_restores_every_byte() {
         "{}",
         shown.stdout
     );
+    // The content change, as a unified diff per entry.
+    for want in [
+        "--- a/e0.md\n+++ b/e0.md\n",
+        "\n-body 0\n",
+        "\n+consolidated body\n",
+        "--- a/e1.md\n+++ b/e1.md\n",
+        "\n-body 1\n",
+    ] {
+        assert!(
+            shown.stdout.contains(want),
+            "{want:?} missing: {}",
+            shown.stdout
+        );
+    }
+    assert!(!shown.stdout.contains("a/e2.md"), "{}", shown.stdout);
 
     let (code, undone) = dream(&env, &["dream_undo", "--project", &wd]);
     assert_eq!(code, 0, "{undone}");
     assert_eq!(undone["kind"], "undo");
     assert_eq!(files(&folder), before, "undo did not restore every byte");
+    // Undoing the same run again says so and changes nothing.
+    for args in [
+        vec!["dream_undo", "--project", &wd],
+        vec!["dream_undo", "--project", &wd, real["id"].as_str().unwrap()],
+    ] {
+        let again = env.ctl(&args);
+        assert_ne!(again.code, 0, "{args:?}: {}", again.stdout);
+        let run = real["id"].as_str().unwrap();
+        assert!(
+            again
+                .stderr
+                .contains(&format!("dream run {run} was already undone")),
+            "{args:?}: {}",
+            again.stderr
+        );
+        assert_eq!(files(&folder), before, "a second undo changed the memory");
+    }
     // And memory still works on the restored version.
     let out = env.ctl(&["memory_show", "e1", "--project", &wd]);
     assert_eq!(out.code, 0, "{}", out.stderr);

@@ -5,7 +5,7 @@
 //! the lease of the run in progress (`lease.json`). Every file is written
 //! atomically (0600).
 
-use super::validate::{Citation, Diff};
+use super::validate::{Citation, Diff, Patch};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
@@ -40,6 +40,9 @@ pub struct RunRecord {
     /// `failed: …`, `interrupted: …`.
     pub outcome: String,
     pub diff: Diff,
+    /// What changed inside each entry of `diff` (absent in older records).
+    #[serde(default)]
+    pub patches: Vec<Patch>,
     pub citations: Vec<Citation>,
     /// The version the run made live.
     pub version: Option<u32>,

@@ -184,6 +184,7 @@ async fn work(
         // The attempt is recorded too, for `dream_diff`.
         Err(_) => validate::diff(&staged.base, &result),
     };
+    rec.patches = validate::patches(&staged.base, &result);
     if let Err(why) = checked {
         return Err(format!(
             "rejected: {why}; nothing was applied, the staged result is kept in {}",

@@ -108,6 +108,44 @@ pub fn diff(base: &Files, result: &Files) -> Diff {
     d
 }
 
+/// The content change of one entry: a unified diff of its file (from an
+/// empty file for an added entry, to one for a removed entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Patch {
+    pub name: String,
+    pub unified: String,
+}
+
+/// The unified diff of every entry `result` added, changed or removed,
+/// by name.
+pub fn patches(base: &Files, result: &Files) -> Vec<Patch> {
+    let (old, new) = (entries(base), entries(result));
+    let names: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let (a, b) = (old.get(name).copied(), new.get(name).copied());
+            if a == b {
+                return None;
+            }
+            let (a, b) = (
+                String::from_utf8_lossy(a.unwrap_or_default()),
+                String::from_utf8_lossy(b.unwrap_or_default()),
+            );
+            let file = format!("{name}.md");
+            let unified = similar::TextDiff::from_lines(a.as_ref(), b.as_ref())
+                .unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{file}"), &format!("b/{file}"))
+                .to_string();
+            Some(Patch {
+                name: name.clone(),
+                unified,
+            })
+        })
+        .collect()
+}
+
 /// At most this many of `entries` may be removed by one run: `max_removed`
 /// as a count, or as a percentage; at least 1.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -130,6 +130,20 @@ pub fn undo(dir: &ScopeDir, run: Option<&str>, keep: usize) -> Result<VersionMet
                 None => "no dream run has changed this project's memory: nothing to undo".into(),
             })
         })?;
+    // Undoing twice would make the same old memory live again and hide
+    // that nothing was left to undo.
+    if let Some(undone) = versions
+        .iter()
+        .filter(|n| **n > made.version)
+        .filter_map(|n| layout.meta(*n))
+        .find(|m| m.kind == "undo" && m.run == made.run)
+    {
+        return Err(MemoryError::Conflict(format!(
+            "dream run {} was already undone (by memory version {}): nothing changed; `flytoctl dream_log` lists the runs",
+            made.run.as_deref().unwrap_or("?"),
+            undone.version
+        )));
+    }
     let base = made.base.filter(|b| versions.contains(b)).ok_or_else(|| {
         MemoryError::NotFound(format!(
             "the version before run {} is no longer kept",
