@@ -531,3 +531,83 @@ fn a_stdio_server_runs_in_the_sandbox_unless_it_is_off() {
     assert_eq!(server_view(&env, "free")["state"], "running");
     assert!(log_of(&free_log).contains("initialize"));
 }
+
+/// A program of the real MCP servers in tests/npm (installed by `.ci/run`).
+fn npm_peer(name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("npm/node_modules/.bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: install the test peers with `npm ci --prefix tests/npm` (node and npm needed)",
+        path.display()
+    );
+    path
+}
+
+/// The real server-everything serving streamable HTTP on `port`.
+struct Everything(std::process::Child);
+
+impl Everything {
+    fn start(port: u16) -> Self {
+        let child = std::process::Command::new(npm_peer("mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("server-everything to listen", DEADLINE, || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(|_| ())
+        });
+        Everything(child)
+    }
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_restarted_http_server_gets_a_new_session_and_the_call_goes_through() {
+    let port = free_port();
+    let server = Everything::start(port);
+    let config = format!(
+        "[mcp.servers.every]\nurl = \"http://127.0.0.1:{port}/mcp\"\ncall_timeout = \"20s\"\n"
+    );
+    let (fake, env, _daemon) = setup_with(
+        &config,
+        vec![
+            Reply::tool_call("c1", "mcp__every__echo", json!({"message": "one"})),
+            Reply::text("done"),
+            Reply::tool_call("c2", "mcp__every__echo", json!({"message": "two"})),
+            Reply::text("done"),
+        ],
+    );
+    let dir = workdir(&env, "proj");
+    let id = new_session(&env, &dir);
+    send(&env, &id, "first");
+    assert_eq!(request_tool_result(&fake.requests()[1], "c1"), "Echo: one");
+    drop(server);
+    let _server = Everything::start(port);
+    send(&env, &id, "second");
+    let second = request_tool_result(&fake.requests()[3], "c2");
+    assert_eq!(second, "Echo: two", "{:#}", mcp_list(&env));
+    let view = server_view(&env, "every");
+    assert_eq!(view["state"], "running", "{view:#}");
+    let listed = env.ctl(&["mcp_list"]).stdout;
+    assert!(listed.contains("reconnected"), "{listed}");
+}

@@ -73,13 +73,7 @@ impl std::fmt::Debug for ServerEntry {
             .field("command", &self.command)
             .field("args", &self.args.len())
             .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field(
-                "url",
-                &self
-                    .url
-                    .as_deref()
-                    .map(|u| u.split(['?', '#']).next().unwrap_or(u)),
-            )
+            .field("url", &self.url.as_deref().map(mask_url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("enabled", &self.enabled)
             .finish_non_exhaustive()
@@ -158,26 +152,267 @@ impl ServerSpec {
         match &self.transport {
             Transport::Stdio { command, args } if args.is_empty() => format!("stdio: {command}"),
             Transport::Stdio { command, args } => {
-                let shown: Vec<&str> = args
-                    .iter()
-                    .map(|a| {
-                        if crate::tools::secrets::scan(a).is_some() {
-                            "[redacted]"
-                        } else {
-                            a.as_str()
-                        }
-                    })
-                    .collect();
-                format!("stdio: {command} {}", shown.join(" "))
+                format!("stdio: {command} {}", mask_args(args).join(" "))
             }
-            Transport::Http { url } => format!("http: {}", bare_url(url)),
+            Transport::Http { url } => format!("http: {}", mask_url(url)),
         }
+    }
+
+    /// The literal secrets of this entry: what `mask_args` and `mask_url`
+    /// hide, and the values of `env` and `headers` (as written and as
+    /// expanded from flytod's environment now).
+    fn secrets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut add = |v: &str| {
+            let v = v.trim();
+            // Shorter ones would blank out ordinary words and hide nothing.
+            if v.chars().count() >= 4 && !out.iter().any(|o: &String| o == v) {
+                out.push(v.to_string());
+            }
+        };
+        let args = match &self.transport {
+            Transport::Stdio { args, .. } => args.as_slice(),
+            Transport::Http { .. } => &[],
+        };
+        for (arg, shown) in args.iter().zip(mask_args(args)) {
+            if shown != *arg {
+                // `--token=abc` hides `abc`; an argument hidden whole goes whole.
+                add(arg.split_once('=').map_or(arg.as_str(), |(_, v)| v));
+                add(arg);
+            }
+        }
+        let urls = args.iter().filter(|a| a.contains("://"));
+        let url = match &self.transport {
+            Transport::Http { url } => Some(url),
+            Transport::Stdio { .. } => None,
+        };
+        for u in urls.chain(url) {
+            for v in url_secrets(u) {
+                add(&v);
+            }
+        }
+        for v in self.entry.env.values().chain(self.entry.headers.values()) {
+            for value in [Some(v.clone()), expand(v, |n| std::env::var(n).ok()).ok()]
+                .into_iter()
+                .flatten()
+            {
+                add(&value);
+                // `Bearer abc`: the token alone may be quoted back.
+                for word in value.split_whitespace() {
+                    if word.len() >= 8 {
+                        add(word);
+                    }
+                }
+            }
+        }
+        // The longest first, so a secret's part never leaves the rest bare.
+        out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        out
+    }
+
+    /// `text` (an error, a log line, what the server wrote) without this
+    /// entry's secrets.
+    pub fn scrub(&self, text: &str) -> String {
+        Scrubber(self.secrets()).scrub(text)
+    }
+
+    /// What [`Self::scrub`] hides, for text made where the spec is not at
+    /// hand (a tool call's error).
+    pub fn scrubber(&self) -> Scrubber {
+        Scrubber(self.secrets())
     }
 }
 
-/// `url` without its query and fragment, which may carry a token.
-pub fn bare_url(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
+/// Hides a server entry's secrets in text.
+#[derive(Default)]
+pub struct Scrubber(Vec<String>);
+
+impl Scrubber {
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.0 {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
+    }
+}
+
+/// Parts of names that make a flag, a query key or a `NAME=value` secret.
+const SECRET_PARTS: &[&str] = &[
+    "password",
+    "passwd",
+    "passphrase",
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "apikey",
+    "auth",
+    "authorization",
+    "credential",
+    "credentials",
+    "bearer",
+    "cookie",
+    "session",
+    "sig",
+    "signature",
+    "jwt",
+    "pat",
+];
+
+/// Whether `name` (`--api-key`, `access_token`, `DB_PASSWORD`) names a
+/// secret: one of its parts is a secret word, or it runs one in
+/// (`apiKey`, `accesstoken`).
+fn secret_name(name: &str) -> bool {
+    let lower = name.trim_start_matches('-').to_lowercase();
+    lower
+        .split(['-', '_', '.'])
+        .any(|part| SECRET_PARTS.contains(&part))
+        || [
+            "password",
+            "passwd",
+            "secret",
+            "token",
+            "apikey",
+            "credential",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
+}
+
+/// Arguments as shown: the value of a secret flag (`--password x`,
+/// `--token=x`, `-p x` unless a port), a secret `NAME=value`, a URL's
+/// password and secret query values, and anything that looks like a key
+/// by itself, are `***`.
+pub fn mask_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut hide_next = false;
+    for arg in args {
+        if std::mem::take(&mut hide_next) && !arg.starts_with('-') {
+            out.push("***".to_string());
+            continue;
+        }
+        if arg.starts_with('-') {
+            match arg.split_once('=') {
+                Some((flag, _)) if secret_name(flag) => out.push(format!("{flag}=***")),
+                Some((flag, value)) if value.contains("://") => {
+                    out.push(format!("{flag}={}", mask_url(value)))
+                }
+                Some(_) => out.push(arg.clone()),
+                None => {
+                    hide_next = secret_name(arg) || arg == "-p";
+                    out.push(arg.clone());
+                }
+            }
+            continue;
+        }
+        if arg.contains("://") {
+            out.push(mask_url(arg));
+        } else if let Some((name, _)) = arg.split_once('=').filter(|(n, _)| secret_name(n)) {
+            out.push(format!("{name}=***"));
+        } else if crate::tools::secrets::scan(arg).is_some() {
+            out.push("***".to_string());
+        } else {
+            out.push(arg.clone());
+        }
+    }
+    // `-p 8080` is a port, not a password.
+    for (i, arg) in args.iter().enumerate() {
+        if arg == "-p"
+            && let Some(next) = args.get(i + 1)
+            && next.chars().all(|c| c.is_ascii_digit())
+        {
+            out[i + 1] = next.clone();
+        }
+    }
+    out
+}
+
+/// `url` as shown: its password and the values of its secret-looking
+/// query parameters are `***`, its fragment is dropped.
+pub fn mask_url(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return mask_url_text(url);
+    };
+    parsed.set_fragment(None);
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("***"));
+    }
+    if parsed.query().is_some() {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let hide = secret_name(&k) || crate::tools::secrets::scan(&v).is_some();
+                (
+                    k.into_owned(),
+                    if hide { "***".into() } else { v.into_owned() },
+                )
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
+}
+
+/// [`mask_url`] for text that does not parse as a URL: the query and
+/// fragment go, and a password before `@`.
+fn mask_url_text(url: &str) -> String {
+    let bare = url.split(['?', '#']).next().unwrap_or(url);
+    let Some((scheme, rest)) = bare.split_once("://") else {
+        return bare.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => bare.to_string(),
+    }
+}
+
+/// The secret parts of `url`: its password (as written and decoded) and
+/// its query values.
+fn url_secrets(url: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(parsed) = reqwest::Url::parse(url) {
+        if let Some(p) = parsed.password() {
+            out.push(p.to_string());
+            if let Ok(decoded) = urlencoding_decode(p) {
+                out.push(decoded);
+            }
+        }
+        for (_, v) in parsed.query_pairs() {
+            out.push(v.into_owned());
+        }
+    }
+    out
+}
+
+/// Percent-decoding, for a password as the server or an error may spell it.
+fn urlencoding_decode(s: &str) -> Result<String, std::string::FromUtf8Error> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).and_then(|b| hex(*b)),
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
 }
 
 /// Checks `[mcp]`: every problem names the entry and the fix.
@@ -211,7 +446,7 @@ pub fn check(section: &McpSection) -> Result<Vec<ServerSpec>, String> {
             }
             (None, Some(u)) => {
                 let parsed = reqwest::Url::parse(u).map_err(|e| {
-                    format!("{at}: `url = \"{u}\"` is not a URL ({e}): use http://HOST:PORT/PATH or https://…")
+                    format!("{at}: `url = \"{}\"` is not a URL ({e}): use http://HOST:PORT/PATH or https://…", mask_url_text(u))
                 })?;
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(format!(

@@ -4,7 +4,7 @@
 //! value of `env` or `headers`.
 
 use super::clip;
-use super::config::{SandboxChoice, ServerSpec, Transport, bare_url, expand};
+use super::config::{SandboxChoice, ServerSpec, Transport, expand, mask_url};
 use super::stdio::{self, ServerProcess};
 use crate::tools::sandbox::{Profile, SandboxSpec};
 use rmcp::model::{
@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 /// What a connection needs from the daemon.
@@ -80,6 +81,7 @@ pub async fn connect(
     spec: &ServerSpec,
     host: &Host,
     handler: Handler,
+    reconnects: Arc<AtomicU32>,
 ) -> Result<Connected, String> {
     let entry = &spec.entry;
     let timeout = entry.startup_timeout;
@@ -123,8 +125,15 @@ pub async fn connect(
                 tmpdir: Some(stdio::tmpdir(&spec.name)),
                 network: host.sandbox_network,
             });
-            let (process, out, inp) =
-                stdio::spawn(command, args, &cwd, &env, sandbox.as_ref(), max)?;
+            let (process, out, inp) = stdio::spawn(
+                command,
+                args,
+                &cwd,
+                &env,
+                sandbox.as_ref(),
+                max,
+                Arc::new(spec.scrubber()),
+            )?;
             match tokio::time::timeout(timeout, handler.serve((out, inp))).await {
                 Ok(Ok(service)) => (service, Some(process)),
                 Ok(Err(e)) => {
@@ -161,13 +170,14 @@ pub async fn connect(
                 .custom_headers(headers)
                 .max_json_response_size(max)
                 .max_sse_event_size(max);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let client = super::http_client::Client::new(&spec.name, reconnects)?;
+            let transport = StreamableHttpClientTransport::with_client(client, config);
             match tokio::time::timeout(timeout, handler.serve(transport)).await {
                 Ok(Ok(service)) => (service, None),
                 Ok(Err(e)) => return Err(http_init_error(&e, url).await),
                 Err(_) => {
                     return Err(late(
-                        &format!("{} did not answer the MCP handshake", bare_url(url)),
+                        &format!("{} did not answer the MCP handshake", mask_url(url)),
                         None,
                     ));
                 }
@@ -237,7 +247,7 @@ fn init_error(e: &ClientInitializeError) -> String {
 }
 
 async fn http_init_error(e: &ClientInitializeError, url: &str) -> String {
-    let url = bare_url(url);
+    let url = mask_url(url);
     if e.is_authorization_required() {
         return format!(
             "{url} answered 401 Unauthorized: give the credentials in `headers` (for example Authorization = \"Bearer ${{TOKEN}}\")"
@@ -251,7 +261,7 @@ async fn http_init_error(e: &ClientInitializeError, url: &str) -> String {
     if lower.contains("error sending request") || lower.contains("connect") {
         // reqwest keeps the cause (refused, no such host) to itself here:
         // a plain connection says which it is.
-        let why = match probe(url).await {
+        let why = match probe(&url).await {
             Some(why) => why,
             None => "the request could not be sent".into(),
         };

@@ -16,6 +16,7 @@ use flyto_protocol::{ErrorCode, McpServerView, McpToolView};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rmcp::service::{Peer, RoleClient};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -277,6 +278,8 @@ struct Server {
     attempt: u32,
     protocol: Option<String>,
     slot: Arc<Slot>,
+    /// New HTTP sessions after the first (the server lost ours).
+    reconnects: Arc<AtomicU32>,
 }
 
 impl Server {
@@ -286,6 +289,8 @@ impl Server {
         } else {
             Phase::Disabled
         };
+        let slot = Arc::new(Slot::default());
+        slot.set_secrets(spec.scrubber());
         Server {
             spec,
             generation: 0,
@@ -296,7 +301,8 @@ impl Server {
             restarts: 0,
             attempt: 0,
             protocol: None,
-            slot: Arc::default(),
+            slot,
+            reconnects: Arc::default(),
         }
     }
 
@@ -420,7 +426,11 @@ impl Actor for McpManager {
                         ),
                     )),
                     Some(s) => {
+                        // Its tools stay offered (calls fail at once) until
+                        // it lists them again.
+                        let tools = std::mem::take(&mut s.tools);
                         s.stop(Phase::Idle);
+                        s.tools = tools;
                         s.attempt = 0;
                         start(&myself, state, &name);
                         Ok(())
@@ -476,13 +486,16 @@ impl Actor for McpManager {
                     && s.generation == generation
                     && let Phase::Running { since, .. } = s.phase
                 {
+                    let why = s.spec.scrub(&why);
                     tracing::warn!(server = %name, "MCP server stopped: {why}");
                     if since.elapsed() >= STABLE_AFTER {
                         s.attempt = 0;
                     }
                     s.restarts += 1;
                     s.last_error = Some(why.clone());
-                    s.tools.clear();
+                    // Its tools stay offered while it is down (calls fail at
+                    // once): a list that changes under a conversation breaks
+                    // the provider's prompt cache and the model's plan.
                     s.slot.set(None, Some(why));
                     s.generation += 1;
                     if idle {
@@ -541,7 +554,10 @@ impl Actor for McpManager {
                             adopt_tools(s, tools, epoch, last_use);
                         }
                         Err(e) => {
-                            s.last_error = Some(format!("listing its changed tools failed: {e}"))
+                            s.last_error = Some(format!(
+                                "listing its changed tools failed: {}",
+                                s.spec.scrub(&e)
+                            ))
                         }
                     }
                 }
@@ -600,6 +616,7 @@ fn start(myself: &ActorRef<McpMsg>, state: &mut McpState, name: &str) {
             });
         })
     };
+    let reconnects = s.reconnects.clone();
     tracing::info!(server = %name, "starting MCP server");
     tokio::spawn(async move {
         let result = conn::connect(
@@ -608,9 +625,13 @@ fn start(myself: &ActorRef<McpMsg>, state: &mut McpState, name: &str) {
             Handler {
                 list_changed: notify,
             },
+            reconnects,
         )
         .await
-        .map(Box::new);
+        .map(Box::new)
+        // Whatever a failure quotes (a URL, the server's stderr) goes
+        // through the one place that knows the entry's secrets.
+        .map_err(|e| spec.scrub(&e));
         let _ = me.cast(McpMsg::Started {
             name,
             generation,
@@ -798,6 +819,7 @@ fn reconfigure(myself: &ActorRef<McpMsg>, state: &mut McpState) {
                 let mut fresh = Server::new(spec.clone());
                 fresh.generation = s.generation + 1;
                 fresh.slot = s.slot.clone();
+                fresh.slot.set_secrets(spec.scrubber());
                 s.stop(Phase::Idle);
                 *s = fresh;
                 if was_up && s.spec.entry.enabled {
@@ -826,7 +848,18 @@ fn view(s: &Server) -> McpServerView {
             _ => s.state_name().into(),
         },
         tools: s.tools.len() as u32,
-        last_error: s.last_error.clone(),
+        last_error: {
+            let reconnects = s.reconnects.load(Ordering::Relaxed);
+            let note = (reconnects > 0).then(|| {
+                format!(
+                    "reconnected {reconnects} time(s): the server no longer knew flytod's session (it restarted?), so a new session was started and the call sent again"
+                )
+            });
+            match (s.last_error.clone(), note) {
+                (Some(e), Some(n)) => Some(format!("{e}; {n}")),
+                (e, n) => e.or(n),
+            }
+        },
         problems: s.problems.clone(),
         restarts: s.restarts,
         protocol: s.protocol.clone(),
@@ -836,10 +869,11 @@ fn view(s: &Server) -> McpServerView {
 fn publish(state: &McpState) {
     let mut snap = Snapshot::default();
     for (name, s) in &state.servers {
+        // A server that is down keeps its last tools (calls fail at once).
+        snap.tools
+            .extend(s.tools.iter().map(|t| t.clone() as Arc<dyn Tool>));
         match s.phase {
-            Phase::Running { .. } => snap
-                .tools
-                .extend(s.tools.iter().map(|t| t.clone() as Arc<dyn Tool>)),
+            Phase::Running { .. } => {}
             Phase::Starting => snap.starting.push(name.clone()),
             Phase::Failed { .. } | Phase::Backoff { .. } => snap.failed.push((
                 name.clone(),

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod http_client;
 pub mod manager;
 pub mod stdio;
 pub mod tool;

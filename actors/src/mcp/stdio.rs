@@ -6,6 +6,7 @@
 //! line over the size limit ends the connection instead of filling memory.
 
 use super::clip;
+use super::config::Scrubber;
 use crate::tools::process::{self, Spawn, SpawnGuard};
 use crate::tools::sandbox::{self, SandboxSpec};
 use std::collections::VecDeque;
@@ -99,6 +100,7 @@ pub fn spawn(
     env: &[(String, String)],
     sandbox: Option<&SandboxSpec>,
     max_line: usize,
+    secrets: Arc<Scrubber>,
 ) -> Result<
     (
         ServerProcess,
@@ -151,8 +153,14 @@ pub fn spawn(
     };
     let noise = Arc::new(Mutex::new(Noise::default()));
     let (reader, writer) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(filter(stdout, writer, noise.clone(), max_line));
-    let stderr = tokio::spawn(keep_stderr(stderr, noise.clone()));
+    tokio::spawn(filter(
+        stdout,
+        writer,
+        noise.clone(),
+        max_line,
+        secrets.clone(),
+    ));
+    let stderr = tokio::spawn(keep_stderr(stderr, noise.clone(), secrets));
     Ok((
         ServerProcess {
             pgid,
@@ -173,6 +181,7 @@ async fn filter(
     mut to: tokio::io::DuplexStream,
     noise: Arc<Mutex<Noise>>,
     max_line: usize,
+    secrets: Arc<Scrubber>,
 ) {
     let mut from = BufReader::new(from);
     let mut line = Vec::new();
@@ -203,6 +212,8 @@ async fn filter(
                 return;
             }
         } else {
+            let trimmed = secrets.scrub(trimmed);
+            let trimmed = trimmed.as_str();
             let mut n = noise.lock().unwrap_or_else(|p| p.into_inner());
             if n.not_json.is_none() {
                 n.not_json = Some(trimmed.to_string());
@@ -212,10 +223,14 @@ async fn filter(
     }
 }
 
-async fn keep_stderr(from: tokio::process::ChildStderr, noise: Arc<Mutex<Noise>>) {
+async fn keep_stderr(
+    from: tokio::process::ChildStderr,
+    noise: Arc<Mutex<Noise>>,
+    secrets: Arc<Scrubber>,
+) {
     let mut lines = BufReader::new(from.take(16 << 20)).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        let line = line.trim().to_string();
+        let line = secrets.scrub(line.trim());
         if line.is_empty() {
             continue;
         }

@@ -2,6 +2,7 @@
 //! called through the server's live connection. Cancel drops the call,
 //! which tells the server (`notifications/cancelled`) and abandons it.
 
+use super::config::Scrubber;
 use super::conn::call_error;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
@@ -19,6 +20,8 @@ pub struct Slot {
     down: RwLock<Option<String>>,
     /// Calls waiting for an answer: an idle check leaves the server be.
     in_flight: std::sync::atomic::AtomicUsize,
+    /// The server entry's secrets, kept out of what calls return.
+    secrets: RwLock<Arc<Scrubber>>,
 }
 
 impl Slot {
@@ -35,6 +38,17 @@ impl Slot {
     }
     fn down(&self) -> Option<String> {
         self.down.read().ok().and_then(|d| d.clone())
+    }
+    pub fn set_secrets(&self, secrets: Scrubber) {
+        if let Ok(mut s) = self.secrets.write() {
+            *s = Arc::new(secrets);
+        }
+    }
+    fn scrub(&self, mut out: ToolOutput) -> ToolOutput {
+        if let Ok(s) = self.secrets.read() {
+            out.content = s.scrub(&out.content);
+        }
+        out
     }
     pub fn busy(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) > 0
@@ -96,7 +110,15 @@ impl Tool for McpTool {
         self.read_only
     }
     fn call<'a>(&'a self, ctx: &'a ToolContext, args_json: &'a str) -> ToolFuture<'a> {
-        Box::pin(async move {
+        // What a server says may hold its config's secrets (an error with
+        // the URL, a tool that prints its environment).
+        Box::pin(async move { self.slot.scrub(self.call_unscrubbed(ctx, args_json).await) })
+    }
+}
+
+impl McpTool {
+    async fn call_unscrubbed(&self, ctx: &ToolContext, args_json: &str) -> ToolOutput {
+        {
             let server = &self.server;
             let tool = &self.remote_name;
             let args =
@@ -120,7 +142,7 @@ impl Tool for McpTool {
                     .map(|d| format!(" ({d})"))
                     .unwrap_or_default();
                 return ToolOutput::error(format!(
-                    "MCP server `{server}` is not connected{why}: it is restarting; try again shortly, or go on without it"
+                    "server restarting: MCP server `{server}` is not connected{why}; flytod starts it again on its own: try again shortly, or go on without it"
                 ));
             };
             self.touch();
@@ -150,7 +172,7 @@ impl Tool for McpTool {
                 )),
                 Ok(Ok(result)) => render(server, tool, result, self.max_result_bytes),
             }
-        })
+        }
     }
 }
 

@@ -107,6 +107,7 @@ async fn flyto_calls(server: &std::path::Path) -> anyhow::Result<Vec<Duration>> 
         Handler {
             list_changed: Arc::new(|| {}),
         },
+        Arc::default(),
     )
     .await
     .map_err(anyhow::Error::msg)?;
