@@ -114,6 +114,10 @@ enum Command {
         #[arg(long)]
         from_sled: bool,
     },
+    /// Started by flytod itself: waits for it to end, then kills the
+    /// commands it was still running (see flyto_actors::tools::leftovers).
+    #[command(hide = true)]
+    GuardRuns { folder: PathBuf },
 }
 
 fn main() -> std::process::ExitCode {
@@ -124,6 +128,11 @@ fn main() -> std::process::ExitCode {
             ref database_url,
             from_sled,
         }) => migrate(database_url, from_sled),
+        Some(Command::GuardRuns { ref folder }) => {
+            init_logging("info");
+            flyto_actors::tools::leftovers::guard_main(folder);
+            Ok(())
+        }
         None => run(&cli),
     };
     match result {
@@ -558,6 +567,15 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // It holds transcripts and tool output; earlier versions left it open.
     paths::make_private(&state_dir)?;
     let _lock = lock::acquire(&state_dir)?;
+    // Before anything runs or reruns: what a killed flytod left running is
+    // gone, and what this one starts dies with it.
+    flyto_actors::tools::leftovers::watch(&state_dir.join("runs"), Path::new("/proc/self/exe"))
+        .with_context(|| {
+            format!(
+                "cannot record running commands in {}",
+                state_dir.join("runs").display()
+            )
+        })?;
     // The shared store, when configured (a bad `[store]` stops us now).
     let database_url = config.database_url()?;
     let socket_path = flyto_protocol::paths::control_socket(cli.socket.as_deref());

@@ -35,6 +35,7 @@ mod extraction;
 mod guards;
 mod hooks;
 mod jobs;
+mod leftovers;
 mod lifecycle;
 mod mcp;
 mod memory;

@@ -19,6 +19,7 @@ pub mod fs_guard;
 pub mod glob;
 pub mod grep;
 pub mod inline_code;
+pub mod leftovers;
 pub mod policy;
 pub mod process;
 pub mod read;

@@ -400,6 +400,8 @@ pub fn confine_child(
 /// A spawn-table entry, dropped once the leader is reaped.
 pub struct SpawnGuard {
     _entry: SpawnEntry,
+    /// Its session is killed if flytod dies while it runs.
+    _record: super::leftovers::Record,
 }
 
 /// Spawns `cmd` and records it in the spawn table under the table's lock,
@@ -427,6 +429,7 @@ pub fn spawn_recorded(
             );
             Some(SpawnGuard {
                 _entry: SpawnEntry { pid, start_time },
+                _record: super::leftovers::Record::new(pid, start_time),
             })
         });
     (spawned_child, entry)
