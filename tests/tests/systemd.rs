@@ -311,3 +311,58 @@ flytod.socket: Command /nope is not executable: No such file or directory
         ]
     );
 }
+
+/// Options that install a seccomp filter: in a user manager (and in a
+/// system one with `User=`) each implies `NoNewPrivileges=yes`.
+const SECCOMP_OPTIONS: &[&str] = &[
+    "NoNewPrivileges",
+    "RestrictAddressFamilies",
+    "SystemCallArchitectures",
+    "SystemCallFilter",
+    "LockPersonality",
+    "RestrictRealtime",
+    "RestrictSUIDSGID",
+    "RestrictNamespaces",
+    "MemoryDenyWriteExecute",
+    "ProtectKernelModules",
+    "ProtectClock",
+];
+
+/// `Key=value` lines of a unit, comments left out.
+fn settings(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with(';'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The hardening must not break what steps are documented to use: `ip`
+/// and `ss` need netlink sockets, and the user instance runs the user's
+/// own tools, `sudo` included, which no-new-privileges breaks.
+#[test]
+fn the_units_leave_ip_working_and_sudo_in_the_user_instance() -> Result<()> {
+    for rel in ["flytod.service", "user/flytod.service"] {
+        let (_, text) = read_unit(rel)?;
+        for (key, value) in settings(&text) {
+            if key == "RestrictAddressFamilies" && !value.is_empty() && !value.starts_with('~') {
+                ensure!(
+                    value.split_whitespace().any(|f| f == "AF_NETLINK"),
+                    "{rel}: RestrictAddressFamilies={value} breaks `ip` and `ss`: add AF_NETLINK"
+                );
+            }
+        }
+    }
+    let (_, user) = read_unit("user/flytod.service")?;
+    let implying: Vec<String> = settings(&user)
+        .into_iter()
+        .filter(|(k, v)| SECCOMP_OPTIONS.contains(&k.as_str()) && v != "no" && !v.is_empty())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    ensure!(
+        implying.is_empty(),
+        "user/flytod.service: {implying:?} imply NoNewPrivileges=yes in a user manager, which breaks `sudo` in the user's steps"
+    );
+    Ok(())
+}
