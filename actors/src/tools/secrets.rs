@@ -24,6 +24,14 @@
 //!   character (up to its alphabet's size), so less than 70 % of that (at
 //!   most 3 bits) means a repetitive, made-up value.
 //!
+//! A value that is masked or cut short (`***`, `…`, `...`, `•`) is not a
+//! secret either, nor is a vendor pattern that is only part of a longer
+//! string (`my-sk-…`, `sk-…-cache`, `sk-abc***`): a match must stand alone.
+//! Names for values that are not secrets (anti-CSRF tokens such as
+//! `csrf_token` or `X-XSRF-TOKEN`, pagination tokens) are left out, and an
+//! assignment never reaches past its line end (`API_KEY=` then a newline
+//! has an empty value).
+//!
 //! Values assigned to a secret-looking name without a vendor prefix
 //! (`db_password = "…"`) are judged harder, because names alone say little:
 //! at least 16 characters, a letter and a digit or symbol, 3.5 bits per
@@ -102,10 +110,12 @@ type RuleSpec = (&'static str, &'static str, &'static str, Judge);
 
 /// Characters around a value in an assignment: an optional closing quote of
 /// a quoted key, the operator (`=`, `:`, `:=`, `=>`, a Rust/TS type
-/// annotation before `=`), an optional opening quote.
+/// annotation before `=`), an optional opening quote. Spaces only, never a
+/// line end: in `API_KEY=` followed by a newline the next line is not the
+/// value.
 macro_rules! assign {
     () => {
-        r#"["']?\s*(?:(?::\s*&?(?:'static\s+)?[A-Za-z][A-Za-z0-9_<>]*\s*)?(?:=|:=|=>)|:)\s*["'`]?"#
+        r#"["']?[ \t]*(?:(?::[ \t]*&?(?:'static[ \t]+)?[A-Za-z][A-Za-z0-9_<>]*[ \t]*)?(?:=|:=|=>)|:)[ \t]*["'`]?"#
     };
 }
 
@@ -227,7 +237,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         (
             "bearer-token",
             "a bearer token in an Authorization header",
-            r"(?i:\bauthorization[\x22']?\s*[:=]\s*[\x22']?bearer\s+)(?P<secret>[A-Za-z0-9_~+/.\-]{16,}=*)",
+            r"(?i:\bauthorization[\x22']?[ \t]*[:=][ \t]*[\x22']?bearer[ \t]+)(?P<secret>[A-Za-z0-9_~+/.\-]{16,}=*)",
             Judge::Assigned,
         ),
         (
@@ -236,9 +246,9 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             // The name must end in the keyword: `password_hash`,
             // `token_url` or `api_key_env` do not hold the secret itself.
             concat!(
-                r"(?i:\b[a-z0-9_.\-]*(?:secret|token|passw(?:or)?d|pwd|credentials?|api[_.\-]?key|apikey",
+                r"(?i:\b(?P<name>[a-z0-9_.\-]*(?:secret|token|passw(?:or)?d|pwd|credentials?|api[_.\-]?key|apikey",
                 r"|access[_.\-]?key|private[_.\-]?key|secret[_.\-]?key|auth[_.\-]?key|signing[_.\-]?key",
-                r"|encryption[_.\-]?key|master[_.\-]?key|client[_.\-]?key))",
+                r"|encryption[_.\-]?key|master[_.\-]?key|client[_.\-]?key)))",
                 assign!(),
                 r"(?P<secret>[^\s\x22'`,;]{1,200})"
             ),
@@ -331,6 +341,12 @@ fn placeholder(value: &str) -> Option<&'static str> {
     {
         return Some("template or reference");
     }
+    if ["***", "•", "…", "...", "###"]
+        .iter()
+        .any(|m| value.contains(m))
+    {
+        return Some("masked or cut short");
+    }
     let plain: String = value
         .chars()
         .filter(char::is_ascii_alphanumeric)
@@ -385,6 +401,49 @@ fn looks_secret(value: &str, judge: Judge) -> bool {
     }
 }
 
+/// Whether the token at `start..end` of `text` is a whole value: not the
+/// middle of a longer identifier (`my-sk-…`, `sk-…-cache`) and not the
+/// visible part of a masked or shortened one (`sk-abc***`, `ghp_ab…`).
+fn stands_alone(text: &str, start: usize, end: usize) -> bool {
+    let continues = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*' | '•' | '…');
+    let before = text[..start].chars().next_back();
+    let after = &text[end..];
+    !before.is_some_and(continues)
+        && !after.chars().next().is_some_and(continues)
+        && !after.starts_with("..")
+        // `SG.a.b.more`: another dotted segment of the same string.
+        && !after
+            .strip_prefix('.')
+            .and_then(|rest| rest.chars().next())
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// Names that end in a secret-looking word but hold no secret: anti-CSRF
+/// tokens (sent to every browser in the page), pagination and sync
+/// cursors.
+fn not_a_secret_name(name: &str) -> bool {
+    let plain: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    [
+        "csrf",
+        "xsrf",
+        "forgery",
+        "authenticitytoken",
+        "requestverificationtoken",
+        "pagetoken",
+        "nexttoken",
+        "continuationtoken",
+        "synctoken",
+        "resumetoken",
+        "cursortoken",
+    ]
+    .iter()
+    .any(|w| plain.contains(w))
+}
+
 /// A refused secret in some text.
 struct Hit<'a> {
     /// Where the secret starts (a key block's header): its line is
@@ -404,6 +463,15 @@ fn hits(text: &str) -> Vec<Hit<'_>> {
                 continue;
             };
             let body = caps.name("body").unwrap_or(secret);
+            if rule.id != "private-key" && !stands_alone(text, secret.start(), secret.end()) {
+                continue;
+            }
+            if caps
+                .name("name")
+                .is_some_and(|n| not_a_secret_name(n.as_str()))
+            {
+                continue;
+            }
             if looks_secret(body.as_str(), rule.judge) {
                 out.push(Hit {
                     at: secret.start(),

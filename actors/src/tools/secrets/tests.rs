@@ -322,6 +322,113 @@ fn ordinary_code_and_prose_pass() {
     }
 }
 
+/// Random values under names that are not secrets, after an empty
+/// assignment, inside longer identifiers, and already masked: none is a
+/// secret to refuse. Each class once broke (refused a clean text).
+#[test]
+fn look_alikes_of_secrets_pass() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for _ in 0..40 {
+        let v = random(&mut rng, BASE62, 40);
+        let u = random(&mut rng, URLSAFE, 43);
+        let clean = [
+            // Anti-CSRF tokens are sent to every browser; pagination
+            // tokens are cursors.
+            format!("csrf_token = \"{v}\""),
+            format!("CSRF_TOKEN={v}"),
+            format!("X-XSRF-TOKEN: {u}"),
+            format!("headers = {{\"X-CSRF-Token\": \"{u}\"}}"),
+            format!("csrfmiddlewaretoken={v}"),
+            format!("\"csrfToken\": \"{u}\","),
+            format!("_csrf: '{v}'"),
+            format!("xsrf_token := \"{v}\""),
+            format!("authenticity_token = \"{u}\""),
+            format!("__RequestVerificationToken={u}"),
+            format!("anti_forgery_token: {v}"),
+            format!("next_page_token = \"{u}\""),
+            format!("\"nextPageToken\": \"{u}\""),
+            format!("continuation_token={v}"),
+            // An empty value ends at the line end.
+            format!("API_KEY=\nNEXT={v}"),
+            format!("DB_PASSWORD=\nDB_HOST={u}\n"),
+            format!("SECRET_KEY=\n\n{v}"),
+            format!("password:\n  {v}"),
+            format!("api_key = \n# {v}"),
+            format!("Authorization: Bearer\n{v}"),
+            // A vendor prefix inside a longer identifier.
+            format!("cache_key = \"risk-sk-{v}\""),
+            format!("id: my-sk-{v}"),
+            format!("let name = \"sk-{v}-cache\";"),
+            format!("sk-{v}_suffix"),
+            format!("AIza{u}XYZ"),
+            format!("see ghp_{}-backup", &v[..36]),
+            format!("npm_{}-lock", &v[..36]),
+            format!("path/AKIA{}-x", random(&mut rng, UPPER_DIGITS, 16)),
+            format!("SG.{}.{}.more", &u[..22], random(&mut rng, URLSAFE, 43)),
+            // Already masked or cut short.
+            format!("OPENAI_API_KEY=sk-{}***", &v[..34]),
+            format!("key: sk-proj-{}****", random(&mut rng, URLSAFE, 44)),
+            format!("token = \"ghp_{}******\"", &v[..36]),
+            format!(
+                "ANTHROPIC_API_KEY=sk-ant-api03-{}…",
+                random(&mut rng, URLSAFE, 40)
+            ),
+            format!("Found sk-{}... in the log", &v[..36]),
+            format!("api_key = \"{}********\"", &v[..20]),
+            format!("password: {}•••••", &v[..18]),
+            format!("Authorization: Bearer {}***", &v[..24]),
+            format!("aws_secret_access_key = {}****", &v[..36]),
+        ];
+        for text in &clean {
+            assert_eq!(scan(text), None, "{text}");
+        }
+    }
+}
+
+/// The boundaries above do not hide whole keys in ordinary surroundings.
+#[test]
+fn whole_keys_are_found_at_their_boundaries() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..40 {
+        let sk = format!("sk-{}", random(&mut rng, BASE62, 48));
+        let google = format!("AIza{}", random(&mut rng, URLSAFE, 35));
+        let ghp = format!("ghp_{}", random(&mut rng, BASE62, 36));
+        let akia = format!("AKIA{}", random(&mut rng, BASE32, 16));
+        let cases = [
+            ("openai-style-api-key", format!("Use {sk}. Then run it.")),
+            ("openai-style-api-key", format!("(key: {sk})")),
+            ("openai-style-api-key", format!("keys=[\"{sk}\",\"x\"]")),
+            ("openai-style-api-key", format!("{sk}\n")),
+            (
+                "google-api-key",
+                format!("https://maps.googleapis.com/maps/api/js?key={google}&callback=init"),
+            ),
+            (
+                "google-api-key",
+                format!("<script src=\"x?key={google}\"></script>"),
+            ),
+            (
+                "github-token",
+                format!("git clone https://{ghp}@github.com/me/repo"),
+            ),
+            ("github-token", format!("token: '{ghp}'")),
+            ("aws-access-key-id", format!("{akia}:secret")),
+            // Not a CSRF token: a session token.
+            (
+                "generic-secret-assignment",
+                format!("session_token = \"{}\"", random(&mut rng, BASE62, 40)),
+            ),
+            (
+                "generic-secret-assignment",
+                format!("API_KEY={}\nNEXT=1", random(&mut rng, BASE62, 32)),
+            ),
+        ];
+        for (rule, text) in cases {
+            assert_eq!(scan(&text).map(|m| m.rule), Some(rule), "{text}");
+        }
+    }
+}
+
 #[test]
 fn a_vendor_prefix_names_the_vendor_even_when_assigned_to_a_secret_name() {
     let mut rng = StdRng::seed_from_u64(3);
