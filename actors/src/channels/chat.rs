@@ -445,7 +445,8 @@ pub fn reply_chunks(deps: &ChatDeps, reply: &str) -> Vec<String> {
     }
     let name = format!("reply-{}-{}.md", deps.binding, deps.clock.now_ms());
     let path = std::path::Path::new(&deps.workdir).join(&name);
-    let note = match std::fs::write(&path, text) {
+    // Synced before the chat is told where it is.
+    let note = match crate::durable::write_synced(&path, text.as_bytes(), 0o600) {
         Ok(()) => format!(
             "\n\n(The reply was too long for this chat; the full text is in {}.)",
             path.display()

@@ -28,7 +28,9 @@ impl InboxPlatform {
     /// Creates `tmp/`, `new/`, `cur/` and `out/` under `dir` if missing.
     pub fn new(dir: &Path, poll_timeout: Duration) -> Result<InboxPlatform, PlatformError> {
         for sub in ["tmp", "new", "cur", "out"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| {
+            // Synced: a reply written into a new `out/` must outlive a
+            // power cut with its folder.
+            crate::durable::create_dir_all_synced(&dir.join(sub)).map_err(|e| {
                 PlatformError::Rejected(format!(
                     "cannot create {}: {e}; check the inbox folder's permissions",
                     dir.join(sub).display()
@@ -94,12 +96,8 @@ fn write_atomically(dir: &Path, name: &str, to: &Path, bytes: &[u8]) -> std::io:
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, to)?;
-    if let Some(parent) = to.parent()
-        && let Ok(d) = std::fs::File::open(parent)
-    {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    // The reply counts as sent once this returns: its name must be durable.
+    crate::durable::sync_parent(to)
 }
 
 /// A file name from a chunk id or message id: nothing that leaves `out/`.
@@ -115,6 +113,30 @@ fn safe_name(s: &str) -> String {
         .collect::<String>()
         .trim_start_matches('.')
         .to_string()
+}
+
+#[cfg(test)]
+mod durability {
+    #[test]
+    fn a_new_inbox_and_a_reply_in_it_are_synced_with_their_folders() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let dir = root.join("inbox");
+        let inbox = super::InboxPlatform::new(&dir, std::time::Duration::from_millis(10)).unwrap();
+        let to = dir.join("out/m1.txt");
+        super::write_atomically(&dir, "m1.txt", &to, b"reply").unwrap();
+        drop(inbox);
+        let synced = crate::durable::synced_under(&root);
+        for d in [root.clone(), dir.clone(), dir.join("out"), dir.join("new")] {
+            assert!(
+                synced.contains(&d),
+                "{} not synced: {synced:?}",
+                d.display()
+            );
+        }
+        // The reply's name in `out/` is synced after it was renamed there.
+        assert_eq!(synced.last(), Some(&dir.join("out")), "{synced:?}");
+    }
 }
 
 impl Platform for InboxPlatform {
