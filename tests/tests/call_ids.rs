@@ -366,3 +366,33 @@ fn anthropic_tool_use_ids_reused_each_round_lose_no_round() {
     assert_eq!((stored.len(), unique.len()), (3, 3), "{stored:?}");
     assert_every_call_answered(&messages);
 }
+
+/// After `session_reset --hard` the model's window is empty, but the
+/// history still holds the earlier `call_0`: the next run's `call_0` gets
+/// an id of its own all the same.
+#[test]
+fn ids_stay_unique_in_the_history_across_a_reset() {
+    let fake = FakeLlm::start(vec![
+        Reply::tool_call("call_a", "bash", append(1)),
+        Reply::text("One."),
+        Reply::tool_call("call_b", "bash", append(2)),
+        Reply::text("Two."),
+    ]);
+    fake.set_call_ids(CallIds::AllCall0);
+    let env = TestEnv::new(&format!("{BASE}{}", fake.config()));
+    let _daemon = start(&env);
+    let dir = workdir(&env, "reset");
+    let id = new_session(&env, &dir);
+    assert!(done(&send(&env, &id, "append one line")));
+    let out = env.ctl(&["session_reset", &id, "--hard"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(done(&send(&env, &id, "append another")));
+
+    assert_eq!(lines(&dir), ["1", "2"]);
+    let (_, messages) = history(&env, &id);
+    let stored = stored_calls(&messages);
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_ne!(stored[0].0, stored[1].0, "{stored:?}");
+    assert_every_call_answered(&messages);
+    fake.assert_protocol_ok();
+}

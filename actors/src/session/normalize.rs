@@ -271,7 +271,7 @@ pub struct CallIds {
 
 impl CallIds {
     /// Notes the ids of the calls in `messages` as taken.
-    pub fn record(&mut self, messages: &[Message]) {
+    pub fn record<'a>(&mut self, messages: impl IntoIterator<Item = &'a Message>) {
         for m in messages {
             for b in &m.content {
                 if let Block::ToolUse { id, .. } = b {

@@ -474,9 +474,16 @@ async fn drive(
     let models = deps.models();
     let route = super::route_for(&models, &rec.model).map_err(|e| e.to_string())?;
     let mut window: Vec<Message> = context::load_window(deps, rec)?;
-    // Ids the provider reuses are replaced before a reply is stored.
+    // Ids the provider reuses are replaced before a reply is stored: ids
+    // must be unique in the whole transcript, not only in the window (a
+    // reset or a compaction moved earlier calls out of it).
     let mut call_ids = CallIds::default();
     call_ids.record(&window);
+    let earlier = deps
+        .store
+        .messages_range(rec.id, 0, rec.context_base_idx)
+        .map_err(|e| format!("cannot load the transcript: {e}"))?;
+    call_ids.record(earlier.iter().map(|(_, m)| m));
     let workdir = std::fs::canonicalize(&rec.workdir).map_err(|e| {
         format!(
             "the session workdir {} is not usable ({e}): create it or start a new session",
