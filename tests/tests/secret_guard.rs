@@ -81,3 +81,52 @@ fn a_write_of_a_real_looking_aws_secret_is_refused_and_the_documented_example_is
     assert!(written.contains("wrote"), "{written}");
     fake.assert_protocol_ok();
 }
+
+/// Text that only looks like a secret reaches the disk: an anti-CSRF token
+/// (issue 31: refused before), an empty assignment followed by another
+/// line, a vendor prefix inside a longer name and a key already masked. A
+/// whole key in the same kind of file is still refused.
+#[test]
+fn look_alikes_of_secrets_are_written_and_a_real_key_beside_them_is_not() {
+    let random = aws_like_secret().replace(['+', '/'], "x");
+    let look_alikes = format!(
+        "csrf_token = \"{random}\"\nX-XSRF-TOKEN: {random}\nAPI_KEY=\nNEXT={random}\n\
+         cache = \"risk-sk-{random}{random}\"\nOPENAI_API_KEY=sk-{}***\n",
+        &random[..30]
+    );
+    let real = format!("OPENAI_API_KEY=sk-{random}ABCD\n");
+    let (fake, env, _daemon) = setup(vec![
+        Reply::tool_call(
+            "w1",
+            "write",
+            json!({"path": "settings.env", "content": look_alikes}),
+        ),
+        Reply::tool_call("w2", "write", json!({"path": "prod.env", "content": real})),
+        Reply::text("done"),
+    ]);
+    let dir = workdir(&env, "ws");
+    let wd = dir.display().to_string();
+    let out = env.ctl(&["session_new", "--workdir", &wd]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    let out = env.ctl(&["session_send", &id, "write the settings"]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+
+    assert_eq!(
+        std::fs::read_to_string(dir.join("settings.env")).unwrap_or_default(),
+        look_alikes,
+        "the look-alikes were not written as given:\n{}",
+        out.stderr
+    );
+    assert!(
+        !dir.join("prod.env").exists(),
+        "the real key reached the disk"
+    );
+    let requests = fake.requests();
+    let refused = request_tool_result(&requests[2], "w2");
+    assert!(
+        refused.contains("refused to save prod.env") && refused.contains("openai-style-api-key"),
+        "{refused}"
+    );
+    fake.assert_protocol_ok();
+}
