@@ -611,3 +611,160 @@ fn a_restarted_http_server_gets_a_new_session_and_the_call_goes_through() {
     let listed = env.ctl(&["mcp_list"]).stdout;
     assert!(listed.contains("reconnected"), "{listed}");
 }
+
+/// A stdio entry running the real server-filesystem on `dir` through a
+/// shell that exits at once while `dir/STOP` exists (a server that cannot
+/// come back), tagged `FS_TAG=<dir>` so the test can kill it.
+fn filesystem(name: &str, dir: &std::path::Path, extra: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let d = dir.display().to_string();
+    let script = format!(
+        "test -e {d}/STOP && exit 3; exec {} {d}",
+        npm_peer("mcp-server-filesystem").display()
+    );
+    format!(
+        "[mcp.servers.{name}]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {script:?}]\ncwd = {d:?}\nenv = {{ FS_TAG = {d:?} }}\nsandbox = \"off\"\n{extra}\n"
+    )
+}
+
+#[test]
+fn a_down_server_keeps_its_tools_offered_and_calls_fail_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fs");
+    let d = dir.display().to_string();
+    let list = json!({ "path": d }).to_string();
+    let (fake, env, _daemon) = setup_with(
+        &filesystem("fs", &dir, ""),
+        vec![
+            Reply::tool_call("c1", "mcp__fs__list_directory", list.clone()),
+            Reply::text("listed"),
+            Reply::tool_call("c2", "mcp__fs__list_directory", list),
+            Reply::text("it is down"),
+        ],
+    );
+    std::fs::write(dir.join("hello.txt"), "hi").unwrap();
+    let work = workdir(&env, "proj");
+    let id = new_session(&env, &work);
+    send(&env, &id, "list it");
+    let first = request_tool_result(&fake.requests()[1], "c1");
+    assert!(first.contains("hello.txt"), "{first}");
+
+    // It exits and cannot start again.
+    std::fs::write(dir.join("STOP"), "").unwrap();
+    let pids = processes_with(&[&format!("FS_TAG={d}")]);
+    assert!(!pids.is_empty(), "server-filesystem is not running");
+    for pid in pids {
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    wait_until("the server to be seen down", DEADLINE, || {
+        let v = server_view(&env, "fs");
+        (v["restarts"] == 1 && v["state"] != "running").then_some(())
+    });
+    send(&env, &id, "list it again");
+    let requests = fake.requests();
+    let mut before = offered_tools(&requests[0]);
+    let mut after = offered_tools(&requests[2]);
+    before.sort();
+    after.sort();
+    assert!(
+        before.iter().any(|t| t == "mcp__fs__list_directory"),
+        "{before:?}"
+    );
+    assert_eq!(before, after, "the offered tools changed while it is down");
+    let second = request_tool_result(&requests[3], "c2");
+    assert!(
+        second.starts_with("server restarting: MCP server `fs`"),
+        "{second}"
+    );
+    // Its tools are still listed.
+    let out = env.ctl(&["mcp_tools", "fs"]);
+    assert!(out.stdout.contains("mcp__fs__list_directory"), "{out:?}");
+}
+
+#[test]
+fn secrets_in_server_configs_are_never_shown_or_logged() {
+    let port = free_port();
+    let _server = Everything::start(port);
+    let secrets = [
+        "hunter2-url-pw",
+        "tok-in-query-77",
+        "hdr-secret-value-55",
+        "arg-secret-66",
+        "arg-secret-77",
+        "env-secret-99",
+        "pw-refused-88",
+    ];
+    let config = format!(
+        "[mcp.servers.web]\nurl = \"http://admin:hunter2-url-pw@127.0.0.1:{port}/mcp?token=tok-in-query-77&page=2\"\nheaders = {{ X-Api-Key = \"hdr-secret-value-55\" }}\n\n\
+         [mcp.servers.fsargs]\ncommand = {:?}\nargs = [\"--token=arg-secret-66\", \"--password\", \"arg-secret-77\"]\nenv = {{ API_TOKEN = \"env-secret-99\" }}\nsandbox = \"off\"\n\n\
+         [mcp.servers.every]\ncommand = {:?}\nargs = [\"stdio\"]\nenv = {{ API_TOKEN = \"env-secret-99\" }}\nsandbox = \"off\"\n\n\
+         [mcp.servers.gone]\nurl = \"http://bob:pw-refused-88@127.0.0.1:1/mcp\"\n",
+        npm_peer("mcp-server-filesystem").display().to_string(),
+        npm_peer("mcp-server-everything").display().to_string(),
+    );
+    let (fake, env, daemon) = setup_with(
+        &config,
+        vec![
+            Reply::tool_calls(vec![
+                (
+                    "c1",
+                    "mcp__web__echo",
+                    json!({"message": "over http"}).to_string(),
+                ),
+                ("c2", "mcp__every__get-env", "{}".into()),
+            ]),
+            Reply::text("done"),
+        ],
+    );
+    let work = workdir(&env, "proj");
+    let id = new_session(&env, &work);
+    let events = send(&env, &id, "go");
+    let requests = fake.requests();
+    assert_eq!(request_tool_result(&requests[1], "c1"), "Echo: over http");
+    // A tool that prints the server's environment: the value is hidden.
+    let printed = request_tool_result(&requests[1], "c2");
+    assert!(printed.contains("API_TOKEN"), "{printed}");
+    let failed = |name: &str| {
+        wait_until("the server to fail", DEADLINE, || {
+            let v = server_view(&env, name);
+            (v["state"] == "failed").then_some(v)
+        })
+    };
+    // It names its arguments on stderr, which the error quotes.
+    let fsargs = failed("fsargs");
+    assert!(
+        fsargs["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("Cannot access directory"),
+        "{fsargs:#}"
+    );
+    let gone = failed("gone");
+    assert!(
+        gone["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach http://bob:***@127.0.0.1:1/mcp"),
+        "{gone:#}"
+    );
+    let listed = env.ctl(&["mcp_list"]).stdout;
+    assert!(
+        listed.contains("http: http://admin:***@127.0.0.1")
+            && listed.contains("token=***&page=2")
+            && listed.contains("--token=*** --password ***"),
+        "{listed}"
+    );
+    let shown = format!(
+        "{listed}\n{}\n{}\n{}\n{:?}\n{printed}",
+        env.ctl(&["mcp_list", "--json"]).stdout,
+        env.ctl(&["mcp_tools", "web"]).stdout,
+        daemon.log(),
+        notices(&events),
+    );
+    for s in secrets {
+        assert!(!shown.contains(s), "{s} is shown:\n{shown}");
+    }
+}
