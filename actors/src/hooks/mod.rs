@@ -608,6 +608,14 @@ mod tests {
         let (_, todo) = failure(&hook, &Exit::Code(1), stderr, false, &env(dir.path())).unwrap();
         assert!(todo.starts_with("run its command by hand"), "{todo}");
         assert!(failure(&hook, &Exit::Code(2), "", true, &env(dir.path())).is_none());
+        // One that cannot start names its workdir and the sandbox.
+        let spawn = Exit::SpawnFailed("No such file or directory".into());
+        let (why, todo) = failure(&hook, &spawn, "", true, &env(dir.path())).unwrap();
+        assert_eq!(why, "could not start: No such file or directory");
+        assert!(
+            todo.contains(&dir.path().display().to_string()) && todo.contains("sandbox"),
+            "{todo}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]
