@@ -6,7 +6,9 @@ use crate::config::ChannelsSection;
 use flyto_actors::Clock;
 use flyto_actors::channels::Platform;
 use flyto_actors::channels::inbox::InboxPlatform;
-use flyto_actors::channels::manager::{CHANNELS_NAME, ChannelsMsg, PlatformFactory};
+use flyto_actors::channels::manager::{
+    CHANNELS_NAME, ChannelsConfig, ChannelsMsg, PlatformFactory,
+};
 use flyto_actors::channels::store::{BindingKind, BindingRecord};
 use flyto_actors::channels::telegram::TelegramPlatform;
 use flyto_actors::channels::wechat;
@@ -21,8 +23,31 @@ use std::time::Duration;
 const ASK: Duration = Duration::from_secs(60);
 
 pub fn factory(c: &ChannelsSection) -> PlatformFactory {
+    // What each kind's platform below is built from: a reload that
+    // changes it restarts that kind's bindings, and no other.
+    let settings = [
+        ("inbox", format!("{:?}", c.poll_timeout)),
+        (
+            "telegram",
+            format!("{:?} {:?}", c.poll_timeout, c.telegram.parse_mode),
+        ),
+        (
+            "wechat",
+            format!(
+                "{:?} {} {}",
+                c.poll_timeout, c.wechat.chunk_chars, c.wechat.max_chunks
+            ),
+        ),
+        (
+            "wecom",
+            format!("{:?} {:?}", c.poll_timeout, c.wecom.api_base),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
     let c = c.clone();
-    Arc::new(
+    PlatformFactory::new(
         move |rec: &BindingRecord| -> Result<Arc<dyn Platform>, String> {
             match &rec.kind {
                 BindingKind::Inbox { dir } => {
@@ -75,6 +100,7 @@ pub fn factory(c: &ChannelsSection) -> PlatformFactory {
                 }
             }
         },
+        settings,
     )
 }
 
@@ -233,4 +259,27 @@ async fn qr_wait(
         status: status.into(),
         channel,
     })
+}
+
+/// The `[channels]` in force and the factory built from it: the room
+/// starts (and restarts) with it, and a reload replaces it.
+pub type Current = Arc<std::sync::RwLock<(ChannelsConfig, PlatformFactory)>>;
+
+pub fn current(c: &ChannelsSection, config: ChannelsConfig) -> Current {
+    Arc::new(std::sync::RwLock::new((config, factory(c))))
+}
+
+/// A reloaded `[channels]` (SIGHUP): the running room restarts the
+/// bindings it changes and keeps the others.
+pub fn reload(current: &Current, c: &ChannelsSection, config: ChannelsConfig) {
+    let factory = factory(c);
+    if let Ok(mut now) = current.write() {
+        *now = (config.clone(), factory.clone());
+    }
+    if let Ok(room) = actor() {
+        let _ = room.cast(ChannelsMsg::Reconfigure {
+            config: Box::new(config),
+            factory,
+        });
+    }
 }

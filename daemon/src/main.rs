@@ -1011,6 +1011,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
+    let channels_now = channel_api::current(&config.channels, config.channels_config()?);
     let channels_spec = {
         use flyto_actors::channels::store::ChannelStore;
         let (channel_store, cluster) = match (&joined, &shared_reader) {
@@ -1044,17 +1045,21 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }
             _ => (ChannelStore::open(store.clone())?, None),
         };
-        let channels_config = config.channels_config()?;
-        let factory = channel_api::factory(&config.channels);
+        let channels_now = channels_now.clone();
         let clock = clock.clone();
         ChildSpec {
             name: "channels".into(),
             start: Arc::new(move |sup| {
+                // The [channels] in force: a restart after a reload keeps it.
+                let (config, factory) = channels_now
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
                 let args = flyto_actors::channels::manager::ChannelsArgs {
                     store: channel_store.clone(),
                     clock: clock.clone(),
-                    config: channels_config.clone(),
-                    factory: factory.clone(),
+                    config,
+                    factory,
                     cluster: cluster.clone(),
                 };
                 Box::pin(async move {
@@ -1174,6 +1179,10 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                         match new.config.mcp(&socket_path) {
                             Ok((specs, host)) => mcp.configure(specs, &new.config.mcp, host),
                             Err(e) => tracing::error!("keeping the old [mcp]: {e:#}"),
+                        }
+                        match new.config.channels_config() {
+                            Ok(c) => channel_api::reload(&channels_now, &new.config.channels, c),
+                            Err(e) => tracing::error!("keeping the old [channels]: {e:#}"),
                         }
                         flyto_actors::memory::entry::declare_types(&new.config.memory_types());
                         // SIGHUP also rescans the skills.

@@ -71,6 +71,9 @@ struct State {
     failures: HashMap<String, VecDeque<Failure>>,
     hang_get_updates: usize,
     hung: usize,
+    /// `getUpdates` answers at once, whatever its `timeout` (a server or
+    /// proxy that ignores long polling: the poller's worst case).
+    at_once: bool,
     webhook: bool,
     /// `drop_pending_updates` of each `deleteWebhook` call.
     webhook_deletes: Vec<bool>,
@@ -206,6 +209,13 @@ impl FakeTelegram {
     /// How many requests are being held unanswered by a hang.
     pub fn hung(&self) -> usize {
         self.shared.lock().hung
+    }
+
+    /// While set, `getUpdates` answers at once, ignoring its `timeout`.
+    pub fn answer_at_once(&self, on: bool) {
+        let mut state = self.shared.lock();
+        state.at_once = on;
+        self.shared.changed(&mut state);
     }
 
     /// While set, `getUpdates` answers 409 as Telegram does with a webhook;
@@ -359,7 +369,11 @@ fn serve(mut conn: TcpStream, shared: &Shared) {
                     .updates
                     .retain(|u| u["update_id"].as_i64() >= Some(offset));
             }
-            let hold = Duration::from_secs(params["timeout"].as_u64().unwrap_or(0)).min(MAX_HOLD);
+            let hold = if state.at_once {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(params["timeout"].as_u64().unwrap_or(0)).min(MAX_HOLD)
+            };
             let deadline = Instant::now() + hold;
             while state.updates.is_empty()
                 && !shared.stop.load(Ordering::SeqCst)

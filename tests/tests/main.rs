@@ -25,6 +25,7 @@ mod channel_clients;
 mod channel_clients_wx;
 mod channels;
 mod channels_telegram;
+mod channels_idle;
 mod channels_wechat;
 mod cli;
 mod compaction;

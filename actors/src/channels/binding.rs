@@ -23,6 +23,11 @@ const OFFSET_FORGOTTEN_AFTER_MS: u64 = 7 * 86_400_000;
 /// A cursor in use is re-stamped this often, so "last used" stays true.
 const RESTAMP_MS: u64 = 3_600_000;
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// A poll that brought nothing new is followed by the next no sooner than
+/// this after its start, whatever the platform did (a server that answers
+/// a long poll at once, a folder watch that fires on our own reads): an
+/// idle binding costs at most one request a second.
+pub const MIN_POLL_GAP: Duration = Duration::from_secs(1);
 /// The sender looks again this often for chunks left pending by a
 /// transient failure.
 const RESEND_EVERY: Duration = Duration::from_secs(5);
@@ -174,6 +179,7 @@ async fn poll_loop(a: &BindingArgs) -> String {
             (!forgotten).then(|| c.cursor.clone())
         });
         let limit = a.platform.poll_timeout() + a.stall_grace;
+        let started = tokio::time::Instant::now();
         let polled = tokio::time::timeout(limit, a.platform.poll(cursor.as_deref())).await;
         let err = match polled {
             Ok(Ok(p)) => {
@@ -181,11 +187,19 @@ async fn poll_loop(a: &BindingArgs) -> String {
                     s.state = "ok".into();
                     s.last_poll_ms = Some(a.clock.now_ms());
                 });
-                backoff = Duration::from_secs(1);
-                if let Err(e) = journal(a, &mut in_seq, p.updates, p.cursor, stored).await {
-                    set_status(&a.status, |s| s.last_error = Some(e.clone()));
-                    tracing::warn!(binding = %a.name, error = %e, "cannot journal inbound messages; polling again");
-                    tokio::time::sleep(backoff).await;
+                match journal(a, &mut in_seq, p.updates, p.cursor, stored).await {
+                    Ok(fresh) => {
+                        backoff = Duration::from_secs(1);
+                        if !fresh {
+                            tokio::time::sleep_until(started + MIN_POLL_GAP).await;
+                        }
+                    }
+                    Err(e) => {
+                        set_status(&a.status, |s| s.last_error = Some(e.clone()));
+                        tracing::warn!(binding = %a.name, error = %e, "cannot journal inbound messages; polling again");
+                        tokio::time::sleep(jittered(backoff).max(MIN_POLL_GAP)).await;
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                    }
                 }
                 continue;
             }
@@ -218,15 +232,17 @@ async fn poll_loop(a: &BindingArgs) -> String {
             }
             PlatformError::RateLimited { retry_after } => {
                 set_status(&a.status, |s| s.state = "backing_off".into());
-                tokio::time::sleep(retry_after).await;
+                // "Retry after 0" must not become a busy loop.
+                tokio::time::sleep(retry_after.max(MIN_POLL_GAP)).await;
             }
             PlatformError::SessionExpired(_) => {
                 pause(a);
+                tokio::time::sleep_until(started + MIN_POLL_GAP).await;
             }
             _ => {
                 set_status(&a.status, |s| s.state = "backing_off".into());
                 a.platform.reset();
-                tokio::time::sleep(jittered(backoff)).await;
+                tokio::time::sleep(jittered(backoff).max(MIN_POLL_GAP)).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
         }
@@ -253,14 +269,15 @@ fn pairing_code() -> String {
 }
 
 /// Journals one poll's updates and the cursor acknowledging them in one
-/// durable write, then acknowledges and routes them.
+/// durable write, then acknowledges and routes them. Whether the poll
+/// brought anything new (an update not seen before, or a moved cursor).
 async fn journal(
     a: &BindingArgs,
     in_seq: &mut u64,
     updates: Vec<Inbound>,
     cursor: Option<String>,
     stored: Option<CursorRecord>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     if !updates.is_empty() {
         crate::failpoint::reached("channel-after-receive");
     }
@@ -401,7 +418,7 @@ async fn journal(
     if !replies.is_empty() {
         a.flush.notify_one();
     }
-    Ok(())
+    Ok(!fresh.is_empty() || cursor_moved)
 }
 
 /// Sends pending chunks, oldest first, until the actor stops.
@@ -416,8 +433,8 @@ async fn send_loop(a: &BindingArgs) {
             Err(Some(d)) => {
                 // The platform said when: a reply queued meanwhile must
                 // not wake the sender early (a wake-up during the sleep is
-                // kept, and taken after it).
-                tokio::time::sleep(d).await;
+                // kept, and taken after it). "Retry after 0" still waits.
+                tokio::time::sleep(d.max(MIN_POLL_GAP)).await;
                 continue;
             }
             Err(None) => {

@@ -3,7 +3,10 @@
 //! journaled it is moved into `cur/`, and its reply is written atomically
 //! (into `tmp/`, then renamed) as `out/<same name>`. Works with no network.
 //! inotify (through `notify`) only wakes the poll early; each poll scans
-//! the folder, since inotify can overflow. Owns only that folder.
+//! the folder, since inotify can overflow. Only events that can put a
+//! file into `new/` wake it: the scan's own opendir and reads, and the
+//! moves into `cur/`, are events on `new/` too, and waking on them made
+//! an idle inbox rescan itself in a busy loop. Owns only that folder.
 
 use super::platform::{Inbound, OutChunk, Platform, PlatformError, PlatformFuture, Polled};
 use notify::Watcher;
@@ -85,6 +88,20 @@ impl InboxPlatform {
             });
         }
         Ok(out)
+    }
+}
+
+/// Whether an event on `new/` can mean a file arrived there: created,
+/// renamed in, or written and closed. Opens, reads and closes after
+/// reading (the scan's own), and renames out (the ack's), cannot.
+fn adds_a_file(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+    match kind {
+        EventKind::Create(_) | EventKind::Any | EventKind::Other => true,
+        EventKind::Modify(ModifyKind::Name(mode)) => !matches!(mode, RenameMode::From),
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) | EventKind::Modify(_) | EventKind::Remove(_) => false,
     }
 }
 
@@ -213,8 +230,10 @@ impl Platform for InboxPlatform {
     fn reset(&self) {
         let wake = self.wake.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if res.is_ok() {
-                wake.notify_one();
+            match res {
+                Ok(event) if !adds_a_file(&event.kind) => {}
+                // An error (an overflow among them) may hide an arrival.
+                _ => wake.notify_one(),
             }
         });
         let watcher = watcher.and_then(|mut w| {
@@ -232,6 +251,40 @@ impl Platform for InboxPlatform {
                 error = %e,
                 "cannot watch the inbox folder; new files are seen at the next scan"
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::adds_a_file;
+    use notify::EventKind;
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode,
+    };
+
+    #[test]
+    fn only_an_arrival_wakes_the_poll() {
+        let arrivals = [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+        ];
+        for k in arrivals {
+            assert!(adds_a_file(&k), "{k:?} can bring a message");
+        }
+        // What the poller's own scan and ack cause on `new/`.
+        let own = [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Remove(RemoveKind::File),
+        ];
+        for k in own {
+            assert!(!adds_a_file(&k), "{k:?} must not wake the poll");
         }
     }
 }

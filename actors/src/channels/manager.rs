@@ -32,10 +32,34 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// counts and for a look after a problem); their dedup keys stay.
 const KEEP_DONE: Duration = Duration::from_secs(86_400);
 
+type Build = dyn Fn(&BindingRecord) -> Result<Arc<dyn Platform>, String> + Send + Sync;
+
 /// Builds a binding's platform from its record (the daemon knows the
 /// config each platform takes).
-pub type PlatformFactory =
-    Arc<dyn Fn(&BindingRecord) -> Result<Arc<dyn Platform>, String> + Send + Sync>;
+#[derive(Clone)]
+pub struct PlatformFactory {
+    build: Arc<Build>,
+    /// Binding kind → what its platforms are built from, in any stable
+    /// text: on a reload, the bindings whose kind's text changed restart
+    /// with a new platform.
+    settings: HashMap<String, String>,
+}
+
+impl PlatformFactory {
+    pub fn new(
+        build: impl Fn(&BindingRecord) -> Result<Arc<dyn Platform>, String> + Send + Sync + 'static,
+        settings: HashMap<String, String>,
+    ) -> PlatformFactory {
+        PlatformFactory {
+            build: Arc::new(build),
+            settings,
+        }
+    }
+
+    pub fn build(&self, rec: &BindingRecord) -> Result<Arc<dyn Platform>, String> {
+        (self.build)(rec)
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct ChannelsConfig {
@@ -48,6 +72,19 @@ pub struct ChannelsConfig {
     pub workdir: String,
     /// binding name → user ids admitted by config.
     pub allow: HashMap<String, Vec<String>>,
+}
+
+impl ChannelsConfig {
+    /// Whether `binding` (of `kind`) runs differently under `new`.
+    fn differs_for(&self, new: &ChannelsConfig, binding: &str) -> bool {
+        self.outbox_ttl != new.outbox_ttl
+            || self.session_gap != new.session_gap
+            || self.stall_grace != new.stall_grace
+            || self.context_ttl != new.context_ttl
+            || self.pause_on_expiry != new.pause_on_expiry
+            || self.workdir != new.workdir
+            || self.allow.get(binding) != new.allow.get(binding)
+    }
 }
 
 pub struct ChannelsArgs {
@@ -75,6 +112,12 @@ pub enum ChannelsMsg {
     },
     /// The lease keeper's news (shared store only).
     Leases(Tick),
+    /// The config was reloaded (SIGHUP): the bindings it changes restart
+    /// with it, the others keep running untouched.
+    Reconfigure {
+        config: Box<ChannelsConfig>,
+        factory: PlatformFactory,
+    },
     List {
         reply: RpcReplyPort<Result<Listing, Reject>>,
     },
@@ -131,6 +174,9 @@ pub struct ChannelsState {
     route_tx: mpsc::Sender<(String, String, u64)>,
     forward: Option<tokio::task::JoinHandle<()>>,
     cluster: Option<ClusterState>,
+    /// A restarted binding's previous actor, stopped before its
+    /// successor (which takes its registered name) starts.
+    retiring: HashMap<String, ActorRef<super::binding::BindingMsg>>,
 }
 
 /// A binding another node holds (or nobody, for a moment).
@@ -203,7 +249,7 @@ impl ChannelsState {
         rec: BindingRecord,
         token: Option<i64>,
     ) -> Result<(), String> {
-        let platform = (self.factory)(&rec)?;
+        let platform = self.factory.build(&rec)?;
         let status: SharedStatus = Arc::new(Mutex::new(BindingStatus::default()));
         let store = match token {
             Some(t) => self.store.fenced(&rec.name, t),
@@ -257,12 +303,16 @@ impl ChannelsState {
             pause_on_expiry: self.config.pause_on_expiry,
             out_seq: l.out_seq.clone(),
         };
+        let retiring = self.retiring.remove(name);
         let name = name.to_string();
         // Spawned from a task: `spawn_linked` is async and the handler
         // must not wait on it holding other work.
         let cell: ActorCell = myself.get_cell();
         let me = myself.clone();
         tokio::spawn(async move {
+            if let Some(old) = retiring {
+                let _ = old.stop_and_wait(None, Some(Duration::from_secs(10))).await;
+            }
             match Actor::spawn_linked(
                 Some(format!("flyto.channel.{name}")),
                 BindingActor,
@@ -463,7 +513,7 @@ impl ChannelsState {
         }
         // The platform is built first: a bad folder or URL is refused
         // before anything is stored.
-        (self.factory)(&rec).map_err(bad)?;
+        self.factory.build(&rec).map_err(bad)?;
         let mut w = Write::default();
         w.binding(&rec);
         self.store.apply(&w).map_err(stored)?;
@@ -472,7 +522,7 @@ impl ChannelsState {
             let other = Other {
                 rec: rec.clone(),
                 holder: None,
-                platform: (self.factory)(&rec).ok(),
+                platform: self.factory.build(&rec).ok(),
             };
             let view = self.view_other(&other);
             if let Some(c) = &mut self.cluster {
@@ -555,7 +605,7 @@ impl ChannelsState {
                 }
                 let platform = match c.others.remove(&rec.name) {
                     Some(o) if o.rec == rec => o.platform,
-                    _ => (self.factory)(&rec).ok(),
+                    _ => self.factory.build(&rec).ok(),
                 };
                 let holder = tick.holders.get(&rec.name).cloned();
                 others.insert(
@@ -572,6 +622,61 @@ impl ChannelsState {
         // Another node may have added to an outbox this node sends.
         for l in self.bindings.values() {
             l.flush.notify_one();
+        }
+    }
+
+    /// A reloaded config: restarts each binding it changes (a new
+    /// platform from the new factory, its chats resumed from the journal),
+    /// leaves the rest running. A binding whose new platform cannot be
+    /// built keeps running as it was.
+    fn reconfigure(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        config: ChannelsConfig,
+        factory: PlatformFactory,
+    ) {
+        let old = std::mem::replace(&mut self.config, config);
+        let old_factory = std::mem::replace(&mut self.factory, factory);
+        let mut names: Vec<String> = self.bindings.keys().cloned().collect();
+        names.sort();
+        for name in names {
+            let Some(l) = self.bindings.get(&name) else {
+                continue;
+            };
+            let rec = l.rec.clone();
+            let kind = rec.kind.name();
+            if !old.differs_for(&self.config, &name)
+                && old_factory.settings.get(kind) == self.factory.settings.get(kind)
+            {
+                continue;
+            }
+            if let Err(e) = self.factory.build(&rec) {
+                tracing::error!(binding = %name, error = %e, "keeping the channel binding as it was: the reloaded [channels] does not fit it");
+                continue;
+            }
+            let token = self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.held.lock().ok().and_then(|h| h.get(&name).copied()));
+            if self.cluster.is_some() && token.is_none() {
+                continue;
+            }
+            if let Some(actor) = self.bindings.get_mut(&name).and_then(|l| l.actor.take()) {
+                self.retiring.insert(name.clone(), actor);
+            }
+            self.stop_binding(&name);
+            tracing::info!(binding = %name, "restarting the channel binding with the reloaded [channels]");
+            if let Err(e) = self.start_binding(myself, rec, token) {
+                if let Some(a) = self.retiring.remove(&name) {
+                    a.stop(None);
+                }
+                tracing::warn!(binding = %name, error = %e, "cannot restart the channel binding; fix it and reload, or unbind it");
+            }
+        }
+        if let Some(c) = &mut self.cluster {
+            for o in c.others.values_mut() {
+                o.platform = self.factory.build(&o.rec).ok();
+            }
         }
     }
 
@@ -771,6 +876,7 @@ impl Actor for ChannelManager {
             route_tx,
             forward: Some(forward),
             cluster: None,
+            retiring: HashMap::new(),
         };
         myself.send_interval(PRUNE_EVERY, || ChannelsMsg::Prune);
         if let Some(c) = args.cluster {
@@ -871,6 +977,9 @@ impl Actor for ChannelManager {
         match msg {
             ChannelsMsg::Route { binding, chat } => s.wake_chat(&binding, &chat),
             ChannelsMsg::Leases(tick) => s.leases(&myself, tick),
+            ChannelsMsg::Reconfigure { config, factory } => {
+                s.reconfigure(&myself, *config, factory)
+            }
             ChannelsMsg::Prune => {
                 let before = s
                     .clock
