@@ -153,9 +153,10 @@ impl Listener {
                     tracing::warn!(db = %target, error = %detail(&e), "the listener cannot LISTEN; reconnecting");
                     driver.abort();
                     tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
                     continue;
                 }
-                backoff = Duration::from_millis(200);
+                let connected_at = tokio::time::Instant::now();
                 if !first {
                     r.fetch_add(1, Ordering::SeqCst);
                 }
@@ -181,6 +182,14 @@ impl Listener {
                 }
                 driver.abort();
                 tracing::warn!(db = %target, "the listener's connection ended; reconnecting");
+                // A server that accepts, then drops each connection at
+                // once must not get a reconnect loop: the backoff restarts
+                // only after a connection that lasted.
+                if connected_at.elapsed() >= Duration::from_secs(60) {
+                    backoff = Duration::from_millis(200);
+                }
+                tokio::time::sleep(backoff.min(poll_every)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         });
         Listener {
