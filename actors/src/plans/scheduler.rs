@@ -1321,3 +1321,71 @@ fn resolve_sandboxes(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A power cut must not take the log of a step anyone saw succeed:
+    /// once the success is visible, the log and its folders are synced.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_step_log_and_its_folders_are_synced_before_its_success_is_seen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let store = crate::store::Store::open(&root.join("db"), 8 << 20).unwrap();
+        let plans = crate::plans::store::SledPlanStore::open(store).unwrap();
+        let logs = root.join("logs");
+        let reader = PlanReader::new(Arc::new(plans), logs.clone());
+        let (actor, handle) = Actor::spawn(
+            None,
+            SchedulerActor,
+            SchedulerArgs {
+                reader: reader.clone(),
+                config: PlanConfig::default(),
+                clock: Arc::new(crate::clock::SystemClock),
+                sockets: Arc::new(crate::plans::NoPlanSockets),
+                hooks: None,
+            },
+        )
+        .await
+        .unwrap();
+        let plan = PlanSpec {
+            steps: vec![flyto_protocol::StepSpec {
+                id: "main".into(),
+                run: Some("echo logged".into()),
+                workdir: Some(root.display().to_string()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (id, _) = ractor::call!(actor, |reply| SchedulerMsg::Submit {
+            plan,
+            idempotency_key: None,
+            origin: None,
+            reply,
+            early: None,
+        })
+        .unwrap()
+        .unwrap();
+        let (_, rx) = reader.watch(&id).unwrap();
+        let mut rx = rx.unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            rx.wait_for(|v| v.state == PlanState::Succeeded),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let synced = crate::durable::synced_under(&root);
+        let plan_logs = logs.join(&id);
+        for p in [plan_logs.join("main.log"), plan_logs, logs.clone(), root] {
+            assert!(
+                synced.contains(&p),
+                "{} not synced: {synced:?}",
+                p.display()
+            );
+        }
+        actor.stop(None);
+        let _ = handle.await;
+    }
+}
