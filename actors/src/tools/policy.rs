@@ -1034,8 +1034,23 @@ fn dangers(cmd: &SimpleCommand, cx: &Cx<'_>) -> Vec<(Builtin, Option<Level>, Str
                     || (t.starts_with('-') && !t.starts_with("--") && t.contains('R'))
             });
             if recursive {
+                // The mode or owner comes first (`chown -R "$USER" dir`),
+                // unless `--reference` names a file to copy it from;
+                // setfacl's ACL entries follow their option.
+                let mut spec = matches!(program.as_str(), "chmod" | "chown" | "chgrp" | "chcon")
+                    && !texts.iter().any(|t| t.starts_with("--reference"));
+                let mut option_value = false;
                 for (w, t) in args.iter().zip(&texts) {
+                    if std::mem::take(&mut option_value) {
+                        continue;
+                    }
                     if t.starts_with('-') {
+                        option_value = program == "setfacl"
+                            && !t.starts_with("--")
+                            && t.ends_with(['m', 'x', 'M', 'X']);
+                        continue;
+                    }
+                    if std::mem::take(&mut spec) {
                         continue;
                     }
                     if let Some(what) = system_target(&cx.resolve(w), cx, false) {
@@ -1699,15 +1714,23 @@ fn find(
 
 /// Whether a `find` expression narrows what it acts on by name (`-name
 /// '*.o'`, `-path './build/*'`, one inode), rather than taking nearly
-/// everything (`-type f`, `-mtime +7`, `-name '*'`, `! -name x`, or an
-/// `-o` that lets other files through). `-empty` narrows a delete.
+/// everything (`-type f`, `-mtime +7`, `-name '*'`, `! -name x`).
+/// `-empty` narrows a delete. With `-o`, each alternative that holds the
+/// action must narrow (`-name vendor -prune -o -name '*.tmp' -delete`
+/// does; `-name '*.pyc' -o -type f -delete` does not).
 fn find_narrows(expr: &[String], deletes: bool) -> bool {
-    if expr
-        .iter()
-        .any(|t| matches!(t.as_str(), "-o" | "-or" | ","))
-    {
-        return false;
-    }
+    let acts = |t: &String| {
+        matches!(
+            t.as_str(),
+            "-delete" | "-exec" | "-execdir" | "-ok" | "-okdir"
+        )
+    };
+    expr.split(|t| matches!(t.as_str(), "-o" | "-or" | ","))
+        .filter(|alt| alt.iter().any(acts))
+        .all(|alt| narrows(alt, deletes))
+}
+
+fn narrows(expr: &[String], deletes: bool) -> bool {
     expr.iter().enumerate().any(|(i, t)| {
         let negated = i > 0 && matches!(expr[i - 1].as_str(), "!" | "-not");
         if negated {
@@ -1770,7 +1793,9 @@ fn computed_target(w: &Word, cx: &Cx<'_>) -> Computed {
             return Computed::Other(format!("{raw} (another user's home directory)"));
         }
         // flyto gives every session a private TMPDIR.
-        [Part::Var { name, .. }, rest @ ..] if name == "TMPDIR" && below(rest) => {
+        [Part::Var { name, .. }, rest @ ..]
+            if name == "TMPDIR" && (rest.is_empty() || below(rest)) =>
+        {
             return Computed::Known;
         }
         // `${DIR:?}/x`: the shell stops when DIR is empty.
@@ -3185,6 +3210,16 @@ mod tests {
                 ("find ./target -mindepth 1 -delete", "allow"),
                 ("find \"$DIR\" -name '*.tmp' -delete", "allow"),
                 ("find . -name x -print", "allow"),
+                (
+                    "find . -name node_modules -prune -o -name '*.tmp' -delete",
+                    "allow",
+                ),
+                ("find . \\( -name '*.o' -o -name '*.a' \\) -delete", "allow"),
+                (
+                    "find ~ \\( -name x -o -type f \\) -delete",
+                    "deny:recursive-delete",
+                ),
+                ("find . -type f -name '*.log' -mtime +7 -delete", "allow"),
                 ("find . -exec grep -l foo {} +", "allow"),
                 ("find / -name foo 2>/dev/null", "allow"),
                 ("find ~ -type f -newer x", "allow"),
@@ -3241,6 +3276,15 @@ mod tests {
                 ("rm -rf ~/*.log", "allow"),
                 ("rm -rf /tmp/build-*", "allow"),
                 ("chmod -R u+w \"$TMPDIR/x\"", "allow"),
+                ("rm -rf \"$TMPDIR\"", "allow"),
+                ("sudo chown -R \"$USER:$USER\" ./build", "allow"),
+                ("chown -R $(id -u) ./build", "allow"),
+                ("setfacl -R -m u:$USER:rwx ./shared", "allow"),
+                ("chown -R \"$USER\" ~", "deny:recursive-permissions"),
+                (
+                    "setfacl -R -m u:x:rwx \"$DIR\"",
+                    "ask:recursive-permissions",
+                ),
                 ("chmod -R 755 ./bin", "allow"),
             ],
         );
