@@ -111,6 +111,16 @@ pub fn tools(ctx: &Ctx, args: ToolsArgs) -> Result<u8> {
         let ro = if t.read_only { " (read-only)" } else { "" };
         out.push_str(&format!("{}{ro}\n  {}\n", t.name, t.description.trim()));
     }
+    // The tools the server has that the model is not offered, and why.
+    if let Ok(Response::McpServers { servers }) = ctx.request(&Request::McpList {}) {
+        for p in servers
+            .iter()
+            .filter(|s| s.name == args.server)
+            .flat_map(|s| &s.problems)
+        {
+            out.push_str(&format!("{p}\n"));
+        }
+    }
     print(&out)?;
     Ok(exit::SUCCESS)
 }

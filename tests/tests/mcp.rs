@@ -768,3 +768,39 @@ fn secrets_in_server_configs_are_never_shown_or_logged() {
         assert!(!shown.contains(s), "{s} is shown:\n{shown}");
     }
 }
+
+#[test]
+fn tools_that_only_run_as_tasks_are_left_out_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().display().to_string();
+    let config = format!(
+        "[mcp.servers.every]\ncommand = {:?}\nargs = [\"stdio\"]\ncwd = {d:?}\nsandbox = \"off\"\n",
+        npm_peer("mcp-server-everything").display().to_string()
+    );
+    let (fake, env, _daemon) = setup_with(&config, vec![Reply::text("hi"), Reply::text("hi")]);
+    let work = workdir(&env, "proj");
+    let id = new_session(&env, &work);
+    send(&env, &id, "start it");
+    // server-everything lists its task tool after the handshake
+    // (notifications/tools/list_changed).
+    let reason = "tool `simulate-research-query` is left out: it only runs as an MCP task";
+    wait_until("the task tool to be left out", DEADLINE, || {
+        server_view(&env, "every")["problems"]
+            .to_string()
+            .contains(reason)
+            .then_some(())
+    });
+    let out = env.ctl(&["mcp_tools", "every"]);
+    assert!(
+        out.stdout.contains("mcp__every__echo") && out.stdout.contains(reason),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("mcp__every__simulate"), "{out:?}");
+    send(&env, &id, "again");
+    let tools = offered_tools(&fake.requests()[1]);
+    assert!(tools.iter().any(|t| t == "mcp__every__echo"), "{tools:?}");
+    assert!(
+        !tools.iter().any(|t| t.contains("simulate-research")),
+        "{tools:?}"
+    );
+}

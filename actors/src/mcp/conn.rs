@@ -67,6 +67,8 @@ pub struct Connected {
     pub process: Option<ServerProcess>,
     pub tools: Vec<rmcp::model::Tool>,
     pub protocol: String,
+    /// Tools that need task-based execution, which flytod does not do.
+    pub task_tools: stdio::TaskTools,
 }
 
 /// The largest message read from a server: a result may be up to
@@ -217,11 +219,16 @@ pub async fn connect(
         }
         Err(_) => return Err(late("it did not list its tools", process.as_ref())),
     };
+    let task_tools = process
+        .as_ref()
+        .map(|p| p.task_tools.clone())
+        .unwrap_or_default();
     Ok(Connected {
         service,
         process,
         tools,
         protocol,
+        task_tools,
     })
 }
 

@@ -280,6 +280,8 @@ struct Server {
     slot: Arc<Slot>,
     /// New HTTP sessions after the first (the server lost ours).
     reconnects: Arc<AtomicU32>,
+    /// Its tools that need task-based execution (as last listed).
+    task_tools: super::stdio::TaskTools,
 }
 
 impl Server {
@@ -303,6 +305,7 @@ impl Server {
             protocol: None,
             slot,
             reconnects: Arc::default(),
+            task_tools: Default::default(),
         }
     }
 
@@ -676,7 +679,9 @@ fn started(
                 process,
                 tools,
                 protocol,
+                task_tools,
             } = *connected;
+            s.task_tools = task_tools;
             let peer = service.peer().clone();
             let stop = life.child_token();
             s.protocol = Some(protocol);
@@ -746,6 +751,16 @@ fn adopt_tools(s: &mut Server, tools: Vec<rmcp::model::Tool>, epoch: Instant, la
     for t in tools {
         let remote = t.name.to_string();
         if !s.spec.tool_allowed(&remote) {
+            continue;
+        }
+        if s.task_tools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&remote)
+        {
+            problems.push(format!(
+                "tool `{remote}` is left out: it only runs as an MCP task (execution.taskSupport = \"required\"), which flytod does not support; a server option to run it directly would make it usable"
+            ));
             continue;
         }
         if let Err(e) = check_schema(&t.input_schema) {

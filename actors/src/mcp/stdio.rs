@@ -29,12 +29,43 @@ pub struct Noise {
     pub stderr: VecDeque<String>,
 }
 
+/// Tools a server listed as needing task-based execution
+/// (`execution.taskSupport = "required"`, MCP 2025-11-25), which rmcp's
+/// tool type does not carry: read off the `tools/list` answers on their
+/// way to the client.
+pub type TaskTools = Arc<Mutex<std::collections::HashSet<String>>>;
+
+/// Notes the tools of a `tools/list` answer that require tasks.
+fn note_task_tools(line: &[u8], tasks: &TaskTools) {
+    // Cheap test first: most lines are not tool lists.
+    if !line.windows(11).any(|w| w == b"taskSupport") {
+        return;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return;
+    };
+    let Some(tools) = v["result"]["tools"].as_array() else {
+        return;
+    };
+    let mut set = tasks.lock().unwrap_or_else(|p| p.into_inner());
+    for t in tools {
+        if let Some(name) = t["name"].as_str() {
+            if t["execution"]["taskSupport"] == "required" {
+                set.insert(name.to_string());
+            } else {
+                set.remove(name);
+            }
+        }
+    }
+}
+
 /// The running process: killed (its whole group) when dropped.
 pub struct ServerProcess {
     pgid: i32,
     child: tokio::process::Child,
     _entry: Option<SpawnGuard>,
     pub noise: Arc<Mutex<Noise>>,
+    pub task_tools: TaskTools,
     /// The task keeping its stderr: done once the pipe closed.
     stderr: Option<tokio::task::JoinHandle<()>>,
 }
@@ -153,12 +184,14 @@ pub fn spawn(
     };
     let noise = Arc::new(Mutex::new(Noise::default()));
     let (reader, writer) = tokio::io::duplex(64 * 1024);
+    let task_tools = TaskTools::default();
     tokio::spawn(filter(
         stdout,
         writer,
         noise.clone(),
         max_line,
         secrets.clone(),
+        task_tools.clone(),
     ));
     let stderr = tokio::spawn(keep_stderr(stderr, noise.clone(), secrets));
     Ok((
@@ -167,6 +200,7 @@ pub fn spawn(
             child,
             _entry: entry,
             noise,
+            task_tools,
             stderr: Some(stderr),
         },
         reader,
@@ -182,6 +216,7 @@ async fn filter(
     noise: Arc<Mutex<Noise>>,
     max_line: usize,
     secrets: Arc<Scrubber>,
+    task_tools: TaskTools,
 ) {
     let mut from = BufReader::new(from);
     let mut line = Vec::new();
@@ -205,6 +240,7 @@ async fn filter(
             continue;
         }
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
+            note_task_tools(&line, &task_tools);
             if to.write_all(&line).await.is_err() {
                 return;
             }

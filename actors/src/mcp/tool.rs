@@ -166,6 +166,13 @@ impl McpTool {
                 Ok(Err(rmcp::ServiceError::TransportClosed)) => ToolOutput::error(format!(
                     "interrupted: MCP server `{server}` closed the connection during `{tool}` (it exited or crashed); it is restarted on its own, so the call may be tried again"
                 )),
+                Ok(Err(e)) if call_error(&e).contains("task augmentation") => {
+                    // Listed without its `execution` (rmcp drops it), as
+                    // over HTTP: the server says so only when called.
+                    ToolOutput::error(format!(
+                        "MCP server `{server}` runs `{tool}` only as an MCP task (execution.taskSupport = \"required\"), which flytod does not support: go on without it"
+                    ))
+                }
                 Ok(Err(e)) => ToolOutput::error(format!(
                     "MCP server `{server}` failed `{tool}`: {}",
                     call_error(&e)
