@@ -651,6 +651,61 @@ mod tests {
     }
 
     #[test]
+    fn secrets_in_args_and_urls_are_masked_wherever_they_are() {
+        let args = |a: &[&str]| mask_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            args(&[
+                "--password",
+                "pw",
+                "--token=t0k",
+                "-p",
+                "x1",
+                "-p",
+                "8080",
+                "--verbose"
+            ]),
+            [
+                "--password",
+                "***",
+                "--token=***",
+                "-p",
+                "***",
+                "-p",
+                "8080",
+                "--verbose"
+            ]
+        );
+        assert_eq!(
+            args(&["DB_PASSWORD=abc", "--api-key", "k", "--apiKey=k", "dir"]),
+            ["DB_PASSWORD=***", "--api-key", "***", "--apiKey=***", "dir"]
+        );
+        assert_eq!(
+            args(&[
+                "--db=postgres://u:pw@h/db",
+                "https://h/x?access_token=abc&n=1"
+            ]),
+            [
+                "--db=postgres://u:***@h/db",
+                "https://h/x?access_token=***&n=1"
+            ]
+        );
+        assert_eq!(
+            mask_url("https://u:pw@host/mcp?api_key=abc&page=2#frag"),
+            "https://u:***@host/mcp?api_key=***&page=2"
+        );
+        assert_eq!(
+            mask_url_text("http://u:pw@ho st/p?token=x"),
+            "http://u:***@ho st/p"
+        );
+        let s = parse(
+            "[servers.a]\ncommand = \"x\"\nargs = [\"--password\", \"hunter22\"]\nenv = { T = \"Bearer envtoken123\" }",
+        )
+        .unwrap();
+        let text = s[0].scrub("failed: hunter22, envtoken123");
+        assert_eq!(text, "failed: ***, ***");
+    }
+
+    #[test]
     fn debug_never_shows_values() {
         let s = parse("[servers.a]\nurl = \"https://h/mcp?key=abc\"\nheaders = { Authorization = \"Bearer zzz\" }").unwrap();
         let shown = format!("{:?} {}", s[0], s[0].describe());
