@@ -48,6 +48,7 @@ mod pg_harness;
 mod pg_memory;
 mod pg_plans;
 mod pg_sessions;
+mod plan_status_stores;
 mod plans;
 mod policy_check;
 mod postgres;

@@ -86,8 +86,11 @@ pub fn record_of(row: &PlanRow) -> Result<PlanRecord, String> {
             s.started_ms = live.started_ms.map(|t| t.max(0) as u64);
             s.finished_ms = live.finished_ms.map(|t| t.max(0) as u64);
             // Its view points at the log in this node's state directory,
-            // where the node that ran it keeps it too.
-            s.has_log = live.log_path.is_some();
+            // where the node that ran it keeps it too. A running command
+            // writes it already (as on sled, whose views show it from the
+            // start), though the row learns the path only at the end.
+            s.has_log = live.log_path.is_some()
+                || (s.state == StepState::Running && matches!(s.action, StepAction::Run { .. }));
         }
     }
     Ok(rec)

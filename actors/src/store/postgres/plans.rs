@@ -600,7 +600,10 @@ pub async fn cancel_plan(shared: &Shared, id: i64, reason: &str) -> Result<Cance
                  FOR UPDATE
              )
              UPDATE flyto_steps s
-             SET state = 'cancelled', error = $2, finished_at = clock_timestamp(),
+             SET state = 'cancelled', finished_at = clock_timestamp(),
+                 -- Sled's words: a step that never ran says so.
+                 error = CASE WHEN s.state = 'running' THEN $2::text
+                              ELSE $2::text || ' before it started' END,
                  lease_token = NULL, lease_node = NULL, lease_until = NULL
              FROM old WHERE s.plan = $1 AND s.step = old.step
              RETURNING old.lease_token",
@@ -696,7 +699,14 @@ pub(super) async fn settle(
                 .execute(
                     "UPDATE flyto_steps w
                      SET state = 'skipped', finished_at = clock_timestamp(),
-                         error = 'a step it depends on did not succeed'
+                         -- The words of sled's plans (dag.rs): the first
+                         -- dependency, in the step's order, that ended badly.
+                         error = (
+                             SELECT 'skipped: dependency `' || s.step || '` ' || s.state
+                             FROM unnest(w.deps) WITH ORDINALITY AS d(step, n)
+                             JOIN flyto_steps s ON s.plan = $1 AND s.step = d.step
+                             WHERE s.state IN ('failed', 'skipped', 'cancelled')
+                             ORDER BY d.n LIMIT 1)
                      WHERE w.plan = $1 AND w.state = 'waiting'
                        AND EXISTS (
                            SELECT 1 FROM unnest(w.deps) AS d(step)
