@@ -47,6 +47,8 @@ mod mcp;
 mod sandbox;
 #[path = "../bench/sessions.rs"]
 mod sessions;
+#[path = "../bench/size.rs"]
+mod size;
 #[path = "../bench/stream_server.rs"]
 mod stream_server;
 
@@ -165,6 +167,9 @@ enum Bench {
     /// SKIP LOCKED loop in the same run, and the time from a node's
     /// SIGKILL to its step running on another node.
     Cluster,
+    /// The release flytod's and flytoctl's sizes against the 40 MiB
+    /// target, and where their debug info is.
+    Size,
     /// Every benchmark: control-plane, sessions, compaction, knowledge,
     /// jobs, then channels.
     All,
@@ -204,6 +209,7 @@ fn main() -> std::process::ExitCode {
         Bench::Jobs => check_binaries().and_then(|()| jobs::run()),
         Bench::JobSleeper => jobs::sleeper(),
         Bench::Claims => claims::run(),
+        Bench::Size => size::run(),
         Bench::Cluster => check_binaries().and_then(|()| cluster::run()),
         Bench::Channels => check_binaries().and_then(|()| channels::run(&channels_args(&cli))),
         Bench::All => check_binaries()
