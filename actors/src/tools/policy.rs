@@ -3261,6 +3261,34 @@ mod tests {
                 ("chmod -R 777 \"$(echo ~)\"", "ask:recursive-permissions"),
                 ("chown -R me \"$TARGET\"", "ask:recursive-permissions"),
                 ("chmod -R 777 /*/*", "deny:recursive-permissions"),
+                // A variable set to a literal earlier in the line is known.
+                ("DIR=build; rm -rf \"$DIR\"", "allow"),
+                ("OUT=./dist && rm -rf \"${OUT}\"/*", "allow"),
+                ("DIR=/; rm -rf \"$DIR\"", "deny:recursive-delete"),
+                ("D=~; rm -rf \"$D\"", "ask:recursive-delete"),
+                (
+                    "DIR=build; read DIR; rm -rf \"$DIR\"",
+                    "ask:recursive-delete",
+                ),
+                (
+                    "DIR=build; DIR=$(pwd)/..; rm -rf $DIR",
+                    "ask:recursive-delete",
+                ),
+                ("DIR=build rm -rf \"$DIR\"", "ask:recursive-delete"),
+                ("for d in build dist; do rm -rf \"$d\"; done", "allow"),
+                (
+                    "for d in build /; do rm -rf \"$d\"; done",
+                    "deny:recursive-delete",
+                ),
+                (
+                    "for d in build {a,..}; do rm -rf $d; done",
+                    "deny:recursive-delete",
+                ),
+                ("for d in *; do rm -rf \"$d\"; done", "ask:recursive-delete"),
+                (
+                    "d=x; for d in ~ /; do rm -rf \"$d\"; done",
+                    "ask:recursive-delete",
+                ),
                 // Known enough, or not recursive.
                 ("rm -rf \"$TMPDIR/build\"", "allow"),
                 ("rm -rf \"${TMPDIR}\"/x", "allow"),

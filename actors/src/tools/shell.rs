@@ -250,6 +250,7 @@ pub fn parse(command: &str) -> Result<Script, ParseError> {
     let mut walker = Walker {
         script: Script::default(),
         parses: 0,
+        vars: std::collections::HashMap::new(),
     };
     let frame = Frame {
         src: Rc::from(""),
@@ -339,6 +340,10 @@ impl Default for Words {
 struct Walker {
     script: Script,
     parses: usize,
+    /// Variables set to a literal by a plain assignment seen so far
+    /// (`DIR=build; rm -rf "$DIR"`), in the order the walk meets them: a
+    /// guess like following `cd`, forgotten when anything else sets them.
+    vars: std::collections::HashMap<String, String>,
 }
 
 impl Walker {
@@ -461,10 +466,30 @@ impl Walker {
             C::BraceGroup(b) => self.compound_list(&b.list, frame),
             C::Subshell(s) => self.compound_list(&s.list, frame),
             C::ForClause(f) => {
+                let mut values = Vec::new();
                 for w in f.values.iter().flatten() {
-                    self.word(w, frame)?;
+                    values.extend(self.expanded_words(w, frame)?);
                 }
-                self.compound_list(&f.body.list, frame)
+                // A short list of plain values: the body once per value,
+                // so `for d in build dist; do rm -rf "$d"; done` is known.
+                let plain: Option<Vec<String>> = values
+                    .iter()
+                    .map(|w| w.literal().filter(|v| plain_value(v)))
+                    .collect();
+                match plain {
+                    Some(plain) if !plain.is_empty() && plain.len() <= MAX_LOOP_VALUES => {
+                        for v in plain {
+                            self.vars.insert(f.variable_name.clone(), v);
+                            self.compound_list(&f.body.list, frame)?;
+                        }
+                        self.vars.remove(&f.variable_name);
+                        Ok(())
+                    }
+                    _ => {
+                        self.vars.remove(&f.variable_name);
+                        self.compound_list(&f.body.list, frame)
+                    }
+                }
             }
             C::CaseClause(c) => {
                 self.word(&c.value, frame)?;
@@ -573,8 +598,9 @@ impl Walker {
 
     fn simple(&mut self, cmd: &ast::SimpleCommand, frame: &Frame) -> Result<Stage, ParseError> {
         let mut words = Words::default();
+        let standalone = cmd.word_or_name.is_none();
         for item in cmd.prefix.iter().flat_map(|p| p.0.iter()) {
-            self.item(item, true, frame, &mut words)?;
+            self.item(item, standalone, frame, &mut words)?;
         }
         if let Some(name) = &cmd.word_or_name {
             let expanded = self.expanded_words(name, frame)?;
@@ -602,11 +628,12 @@ impl Walker {
         Ok(Stage { reads_code, prints })
     }
 
-    /// One prefix or suffix item of a simple command.
+    /// One prefix or suffix item of a simple command. `standalone`: a
+    /// prefix of a command that is only assignments.
     fn item(
         &mut self,
         item: &ast::CommandPrefixOrSuffixItem,
-        in_prefix: bool,
+        standalone: bool,
         frame: &Frame,
         words: &mut Words,
     ) -> Result<(), ParseError> {
@@ -622,8 +649,8 @@ impl Walker {
                 words.argv.extend(expanded);
             }
             Item::AssignmentWord(a, w) => {
-                if in_prefix {
-                    self.assignment(a, frame)?;
+                if words.argv.is_empty() {
+                    self.assignment(a, standalone, frame)?;
                 } else {
                     // `export X=$(...)`, `local y=…`: an argument.
                     words.argv.push(self.word(w, frame)?);
@@ -643,7 +670,12 @@ impl Walker {
         Ok(())
     }
 
-    fn assignment(&mut self, a: &ast::Assignment, frame: &Frame) -> Result<(), ParseError> {
+    fn assignment(
+        &mut self,
+        a: &ast::Assignment,
+        standalone: bool,
+        frame: &Frame,
+    ) -> Result<(), ParseError> {
         if let ast::AssignmentName::ArrayElementName(_, index) = &a.name {
             self.word_text(index, frame)?;
         }
@@ -652,6 +684,16 @@ impl Walker {
                 let value = self.word(w, frame)?;
                 if let ast::AssignmentName::VariableName(name) = &a.name {
                     self.code_var(name, &value.code_text(), frame)?;
+                    // Only a plain value that a later `$NAME` repeats
+                    // unchanged is remembered: no globs, no spaces.
+                    match value.literal() {
+                        Some(v) if standalone && plain_value(&v) => {
+                            self.vars.insert(name.clone(), v);
+                        }
+                        _ => {
+                            self.vars.remove(name);
+                        }
+                    }
                 }
             }
             ast::AssignmentValue::Array(items) => {
@@ -846,7 +888,14 @@ impl Walker {
                     for nested in expr_strings(expr) {
                         self.word_text(nested, frame)?;
                     }
-                    out.push(parameter_part(expr).unwrap_or_else(|| Part::Dynamic(written())));
+                    let part = match parameter_part(expr) {
+                        Some(Part::Var { name, .. }) if self.vars.contains_key(&name) => {
+                            Part::Lit(self.vars.get(&name).cloned().unwrap_or_default())
+                        }
+                        Some(part) => part,
+                        None => Part::Dynamic(written()),
+                    };
+                    out.push(part);
                 }
                 WordPiece::CommandSubstitution(code) => {
                     self.source(
@@ -1113,8 +1162,19 @@ impl Walker {
                 self.git_config(at, args, frame)?;
                 Ok(None)
             }
-            "export" | "declare" | "typeset" | "local" | "readonly" => {
-                self.code_var_args(args, frame)?;
+            "export" | "declare" | "typeset" | "local" | "readonly" | "read" | "mapfile"
+            | "readarray" | "getopts" | "unset" | "printf" => {
+                // They may set variables: forget what was assumed of them.
+                for w in args {
+                    let text = w.text();
+                    self.vars.remove(text.split('=').next().unwrap_or_default());
+                }
+                if !matches!(
+                    name.as_str(),
+                    "read" | "mapfile" | "readarray" | "getopts" | "unset" | "printf"
+                ) {
+                    self.code_var_args(args, frame)?;
+                }
                 Ok(None)
             }
             "su" | "runuser" | "script" => {
@@ -2116,6 +2176,14 @@ fn arg_word(arg: &inline_code::Arg) -> Word {
 }
 
 /// `'…'` quoting for text put into a command line.
+/// Most values of a `for` loop whose body is walked once per value.
+pub const MAX_LOOP_VALUES: usize = 16;
+
+/// A value a later `$NAME` repeats unchanged: no globs, `~` or spaces.
+fn plain_value(v: &str) -> bool {
+    !v.is_empty() && !v.contains(|c: char| c.is_whitespace() || "*?[~".contains(c))
+}
+
 /// Environment variables whose value a program runs as a command line.
 const CODE_VARS: [&str; 17] = [
     "GIT_PAGER",
