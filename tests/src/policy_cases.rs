@@ -168,5 +168,15 @@ pub const SHELL_COMMANDS: &[(&str, &str)] = &[
     ("rm -rf \"$TMPDIR/flyto-e2e-build\"", "allow"),
     ("rm -rf \"$(pwd)/build\"", "allow"),
     ("echo $(date)", "allow"),
+    ("DIR=gen-a; mkdir -p \"$DIR\" && rm -rf \"$DIR\"", "allow"),
+    ("for d in gen-b gen-c; do rm -rf \"$d\"; done", "allow"),
+    ("D=~; rm -rf \"$D\"", "ask"),
+    ("for d in gen-d ~; do rm -rf \"$d\"; done", "ask"),
+    ("for d in gen-d /; do rm -rf \"$d\"; done", "deny"),
+    (
+        "find . -name vendor -prune -o -name '*.tmp' -delete",
+        "allow",
+    ),
+    ("chown -R \"$(id -u)\" ./gen-e", "allow"),
     ("script -qc 'echo hi' /dev/null", "allow"),
 ];
