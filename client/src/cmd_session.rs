@@ -385,12 +385,23 @@ fn on_event(ctx: &Ctx, id: &str, event: &SessionEvent, view: &RunView) {
 /// `allow it? [y/N]` on stderr, the answer from stdin (end of input is a
 /// no), sent with `session_approve`. Another client may have answered first.
 fn answer_approval(ctx: &Ctx, id: &str, approval: u64) {
+    // Ctrl-C at the prompt denies (see `interrupt::Mode::Approval`).
+    let ctrlc = interrupt::installed();
+    let before = ctrlc.as_ref().map(|c| {
+        c.replace(interrupt::Mode::Approval {
+            id: id.to_string(),
+            approval,
+        })
+    });
     let _ = output::stderr("allow it? [y/N] ");
     let mut line = String::new();
     let allow = match std::io::stdin().read_line(&mut line) {
         Ok(_) => matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
         Err(_) => false,
     };
+    if let (Some(c), Some(before)) = (&ctrlc, before) {
+        c.set(before);
+    }
     if line.is_empty() {
         let _ = output::stderr("\n");
     }

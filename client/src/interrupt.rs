@@ -32,6 +32,10 @@ pub enum Mode {
     Attach,
     /// Waiting for plan `id`: Ctrl-C stops waiting, not the plan.
     Plan { id: String },
+    /// At the y/N prompt of approval `approval` of session `id`: Ctrl-C
+    /// answers no, so the run goes on without the tool and no request is
+    /// left waiting for a client that is gone.
+    Approval { id: String, approval: u64 },
 }
 
 /// What to do about one Ctrl-C.
@@ -42,6 +46,8 @@ pub enum Action {
     Exit(u8),
     /// Say how to cancel plan `.0`, then die of SIGINT as before.
     Detach(String),
+    /// Deny approval `.1` of session `.0`, then exit.
+    Deny(String, u64),
 }
 
 /// Decides, and moves `mode` on.
@@ -58,6 +64,7 @@ pub fn on_interrupt(mode: &mut Mode) -> Action {
         }
         Mode::Attach => Action::Exit(exit::SUCCESS),
         Mode::Plan { id } => Action::Detach(id.clone()),
+        Mode::Approval { id, approval } => Action::Deny(id.clone(), *approval),
     }
 }
 
@@ -70,6 +77,11 @@ pub struct CtrlC {
 impl CtrlC {
     pub fn set(&self, mode: Mode) {
         *self.lock() = mode;
+    }
+
+    /// Sets `mode`, answering the one it replaces.
+    pub fn replace(&self, mode: Mode) -> Mode {
+        std::mem::replace(&mut *self.lock(), mode)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Mode> {
@@ -98,6 +110,11 @@ pub fn settle() {
 /// Write end of the self-pipe, for the signal handler.
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 static INSTALLED: OnceLock<CtrlC> = OnceLock::new();
+
+/// The handler, when this process installed one.
+pub fn installed() -> Option<CtrlC> {
+    INSTALLED.get().cloned()
+}
 
 /// Installs the handler (once per process) in `mode`; `socket` is where
 /// cancel requests go.
@@ -142,6 +159,12 @@ fn watch(mut reader: File, ctrlc: &CtrlC, socket: &std::path::Path) {
                 output::note(&format!("cancelling {id}… (Ctrl-C again quits at once)"));
                 cancel(socket, &id);
             }
+            Action::Deny(id, approval) => {
+                let _ = output::stderr("\n");
+                deny(socket, &id, approval);
+                output::note("interrupted");
+                std::process::exit(i32::from(exit::INTERRUPTED));
+            }
             Action::Detach(id) => {
                 let _ = output::stderr("\n");
                 output::note(&format!(
@@ -162,6 +185,29 @@ fn cancel(socket: &std::path::Path, id: &str) {
         Ok(_) => {}
         Err(e) => output::note(&format!(
             "cannot cancel {id}: {}",
+            exit::message(&anyhow::Error::new(e))
+        )),
+    }
+}
+
+/// Answers no to approval `approval` of session `id`, saying so.
+fn deny(socket: &std::path::Path, id: &str, approval: u64) {
+    let answer = conn::connect(socket).and_then(|mut client| {
+        client.call(&Request::SessionApprove {
+            id: id.to_string(),
+            approval,
+            allow: false,
+        })
+    });
+    match answer {
+        Ok(Response::Error { message, .. }) => {
+            output::note(&format!("cannot deny the request of {id}: {message}"))
+        }
+        Ok(_) => output::note(&format!(
+            "denied the request of {id}; the run goes on without it"
+        )),
+        Err(e) => output::note(&format!(
+            "cannot deny the request of {id}: {}",
             exit::message(&anyhow::Error::new(e))
         )),
     }

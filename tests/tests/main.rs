@@ -19,6 +19,7 @@ macro_rules! on_both_backends {
     )*};
 }
 
+mod approval_prompt;
 mod bad_input;
 mod call_ids;
 mod channel_clients;
