@@ -205,7 +205,7 @@ fn a_dry_run_shows_the_diff_a_real_run_applies_and_undo_restores_every_byte() {
         vec!["dream_undo", "--project", &wd, real["id"].as_str().unwrap()],
     ] {
         let again = env.ctl(&args);
-        assert_ne!(again.code, 0, "{args:?}: {}", again.stdout);
+        assert_eq!(again.code, 4, "{args:?}: {}", again.stdout);
         let run = real["id"].as_str().unwrap();
         assert!(
             again
