@@ -1153,16 +1153,12 @@ fn leftovers_of_a_tool_are_killed_when_the_session_is_repaired() {
     });
     new_session(&env, &dir);
     daemon.kill9();
-    // The shell dies with flytod; its background `sleep` does not.
-    let left = wait_until("the tool's shell to die with flytod", DEADLINE, || {
-        let left = session_processes(&env, &id);
-        (left.len() < 3 && !left.is_empty()).then_some(left)
-    });
-    assert!(!left.is_empty());
-    let _daemon = start(&env);
-    wait_until("the leftover processes to be killed", DEADLINE, || {
+    // The shell dies with flytod, and so does its background `sleep`
+    // (flytod's guard kills the tool's whole session).
+    wait_until("the tool's processes to die with flytod", DEADLINE, || {
         session_processes(&env, &id).is_empty().then_some(())
     });
+    let _daemon = start(&env);
     let (session, _) = history(&env, &id);
     assert_eq!(session.status, "error", "{session:#?}");
 }
