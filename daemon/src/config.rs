@@ -233,7 +233,21 @@ pub struct WecomSection {
 pub struct JobsSection {
     /// Waits before each retry of a run that failed transiently (rate
     /// limit, overload, provider error, connection); one retry per entry.
+    /// Each a duration (`"30s"`) or a number of seconds.
+    #[serde(deserialize_with = "duration_words")]
     pub retry_backoff: Vec<String>,
+}
+
+/// A list of durations as written, numbers kept as their digits (checked
+/// by [`Config::retry_backoff`]).
+fn duration_words<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Vec::<toml::Value>::deserialize(d)?
+        .into_iter()
+        .map(|v| match v {
+            toml::Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .collect())
 }
 
 impl Default for JobsSection {
@@ -807,11 +821,12 @@ impl Config {
             .retry_backoff
             .iter()
             .map(|d| {
-                humantime::parse_duration(d).map_err(|e| {
-                    anyhow::anyhow!(
-                        "[jobs] retry_backoff: `{d}` is not a duration ({e}): write e.g. [\"30s\", \"1m\", \"5m\"]"
-                    )
-                })
+                flyto_protocol::duration::parse(
+                    "[jobs] retry_backoff",
+                    d,
+                    flyto_protocol::duration::Unit::Secs,
+                )
+                .map_err(|e| anyhow::anyhow!("{e}"))
             })
             .collect()
     }
@@ -893,6 +908,26 @@ mod tests {
         assert_eq!(at("~/src"), home.join("src"));
         assert!(at("~").starts_with(&home));
         assert_eq!(at("/srv/~x"), PathBuf::from("/srv/~x"));
+    }
+
+    #[test]
+    fn retry_backoff_takes_numbers_and_durations_and_names_a_bad_one() {
+        let backoff = |v: &str| {
+            parse(
+                &format!("[jobs]\nretry_backoff = {v}\n"),
+                Path::new("c.toml"),
+            )
+            .and_then(|c| c.retry_backoff())
+        };
+        assert_eq!(
+            backoff(r#"[30, "1m", "1h30m"]"#).expect("durations"),
+            [30, 60, 5400].map(Duration::from_secs)
+        );
+        let err = format!("{:#}", backoff(r#"["30s", "soon"]"#).unwrap_err());
+        assert!(
+            err.contains("[jobs] retry_backoff: `soon`") && err.contains("30s, 5m, 2h, 1h30m"),
+            "{err}"
+        );
     }
 
     #[test]
