@@ -11,6 +11,7 @@
 //! cargo run --release -p flyto-tests --bin flyto-bench -- compaction
 //! cargo run --release -p flyto-tests --bin flyto-bench -- knowledge
 //! cargo run --release -p flyto-tests --bin flyto-bench -- channels
+//! cargo run --release -p flyto-tests --bin flyto-bench -- idle
 //! ```
 
 // Bench code: a panic is how a setup step fails, with its message.
@@ -37,6 +38,8 @@ mod claims;
 mod cluster;
 #[path = "../bench/compaction.rs"]
 mod compaction;
+#[path = "../bench/idle.rs"]
+mod idle;
 #[path = "../bench/jobs.rs"]
 mod jobs;
 #[path = "../bench/knowledge.rs"]
@@ -62,7 +65,7 @@ const NEEDS_BUILD: &str = "flyto-bench drives the release binaries next to it: r
     about = "Control-plane, session and compaction benchmarks of flytod, each next to a baseline measured in the same run.",
     after_help = "Needs the release flytod and flytoctl next to this binary: run \
 `cargo build --release --workspace --bins` first, then \
-`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, `knowledge`, `jobs`, `channels`, or `all`).\n\
+`cargo run --release -p flyto-tests --bin flyto-bench -- control-plane` (or `sessions`, `compaction`, `knowledge`, `jobs`, `channels`, `idle`, or `all`).\n\
 Prints figures, baselines and ratios to the targets (one grep-able line each); \
 asserts nothing. Exit 0, or 1 if setup fails."
 )]
@@ -128,6 +131,9 @@ struct Cli {
     /// channels: Telegram chats the messages are spread over.
     #[arg(long, global = true, default_value_t = 10)]
     chats: usize,
+    /// idle: seconds of the measured idle window.
+    #[arg(long, global = true, default_value_t = 60)]
+    idle_secs: u64,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -167,6 +173,12 @@ enum Bench {
     /// SKIP LOCKED loop in the same run, and the time from a node's
     /// SIGKILL to its step running on another node.
     Cluster,
+    /// A configured but idle flytod on PostgreSQL (started here): one
+    /// binding of every channel kind against servers that answer polls at
+    /// once, two MCP servers, a cron job. CPU over 60 s against a bare
+    /// flytod and a sleeping timer in the same run, and the requests per
+    /// second each outside server got.
+    Idle,
     /// The release flytod's and flytoctl's sizes against the 40 MiB
     /// target, and where their debug info is.
     Size,
@@ -211,6 +223,11 @@ fn main() -> std::process::ExitCode {
         Bench::Claims => claims::run(),
         Bench::Size => size::run(),
         Bench::Cluster => check_binaries().and_then(|()| cluster::run()),
+        Bench::Idle => check_binaries().and_then(|()| {
+            idle::run(&idle::Args {
+                secs: cli.idle_secs,
+            })
+        }),
         Bench::Channels => check_binaries().and_then(|()| channels::run(&channels_args(&cli))),
         Bench::All => check_binaries()
             .and_then(|()| control_plane(&cli))
