@@ -510,6 +510,7 @@ fn configure_sandbox(
     if let Some(home) = &home {
         hidden.extend(sandbox::default_hidden(home).into_iter().map(abs));
     }
+    hidden.extend(sandbox::server_dirs().into_iter().map(abs));
     hidden.extend(
         config
             .sandbox
@@ -525,6 +526,12 @@ fn configure_sandbox(
         .iter()
         .map(|p| abs(sandbox::expand(p, home.as_deref())))
         .collect();
+    let sockets = config
+        .sandbox
+        .sockets
+        .iter()
+        .map(|p| abs(sandbox::expand(p, home.as_deref())))
+        .collect();
     if support.landlock_abi == 0 {
         if config.sandbox.require {
             tracing::error!(
@@ -537,7 +544,7 @@ fn configure_sandbox(
                 support.describe()
             );
         }
-    } else if !support.userns {
+    } else if !support.userns || support.gate.is_some() {
         tracing::warn!("sandbox: {}", support.describe());
     }
     if !config.sandbox.network && (1..4).contains(&support.landlock_abi) {
@@ -550,6 +557,7 @@ fn configure_sandbox(
         support: support.clone(),
         hidden,
         writable,
+        sockets,
         require: config.sandbox.require,
         tmp_root: sandbox::tmp_root(state_dir),
     });

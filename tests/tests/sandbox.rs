@@ -396,3 +396,198 @@ fn a_workdir_made_again_between_commands_stays_writable() {
     assert!(result.contains("w=0"), "{result}");
     assert!(dir.join("two.txt").exists());
 }
+
+/// A real server the test user runs, stopped when dropped.
+struct UserServer {
+    stop: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl UserServer {
+    /// Starts `program args` (a tmux or screen server that detaches), or
+    /// fails the test saying how to install it.
+    fn start(program: &str, args: &[&str], env: &[(&str, &str)], stop: &[&str]) -> UserServer {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program} ({e}): install it (apt-get install {program}; .ci/run does)")
+            });
+        assert!(status.success(), "{program} {args:?}: {status}");
+        UserServer {
+            stop: std::iter::once(program)
+                .chain(stop.iter().copied())
+                .map(String::from)
+                .collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+impl Drop for UserServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.stop[0])
+            .args(&self.stop[1..])
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .status();
+    }
+}
+
+#[test]
+fn an_agent_cannot_reach_the_users_tmux_screen_or_any_other_unix_socket() {
+    use std::os::linux::net::SocketAddrExt;
+    let tag = format!("flyto-gate-{}", std::process::id());
+    let s = setup(
+        POLICY_OFF,
+        vec![bash("call_gate", "sh ./escape.sh"), Reply::text("ok")],
+        &[],
+    );
+    let out = s.out();
+    let sockets = s.env.tmp.path().join("sockets");
+    std::fs::create_dir_all(&sockets).unwrap();
+    let screendir = s.env.tmp.path().join("screens");
+    std::fs::create_dir_all(&screendir).unwrap();
+    std::fs::set_permissions(
+        &screendir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let screendir_s = screendir.display().to_string();
+    let tmux_sock = sockets.join("tmux.sock");
+    let tmux_sock_s = tmux_sock.display().to_string();
+
+    // The user's own servers: tmux in its default folder and at a path
+    // nothing hides, screen in a folder nothing hides.
+    let _tmux_default = UserServer::start(
+        "tmux",
+        &["-L", &tag, "new-session", "-d", "sleep", "600"],
+        &[],
+        &["-L", &tag, "kill-server"],
+    );
+    let _tmux_path = UserServer::start(
+        "tmux",
+        &["-S", &tmux_sock_s, "new-session", "-d", "sleep", "600"],
+        &[],
+        &["-S", &tmux_sock_s, "kill-server"],
+    );
+    let _screen = UserServer::start(
+        "screen",
+        &["-dmS", &tag, "sleep", "600"],
+        &[("SCREENDIR", &screendir_s)],
+        &["-S", &tag, "-X", "quit"],
+    );
+    // Any other server: one on a path, one on an abstract name.
+    let unix_path = sockets.join("server.sock");
+    let path_listener = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    path_listener.set_nonblocking(true).unwrap();
+    let abstract_addr = std::os::unix::net::SocketAddr::from_abstract_name(tag.as_bytes()).unwrap();
+    let abstract_listener = std::os::unix::net::UnixListener::bind_addr(&abstract_addr).unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+
+    // Written to the workdir beforehand: what the policy sees is only
+    // `sh ./escape.sh`, so this is the kernel's work alone.
+    let ws = workdir(&s.env, "ws");
+    let py_connect = |label: &str, addr: &str| {
+        format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect({addr}); print('reached')\" 2>&1 | tail -1 | sed 's/^/{label}: /'"
+        )
+    };
+    std::fs::write(
+        ws.join("escape.sh"),
+        format!(
+            "tmux -L {tag} run-shell 'touch {out}/tmux-default'; echo tmux-default=$?\n\
+             tmux -S {tmux_sock_s} run-shell 'touch {out}/tmux-path'; echo tmux-path=$?\n\
+             SCREENDIR={screendir_s} screen -S {tag} -X exec touch {out}/screen; echo screen=$?\n\
+             {path}\n\
+             {abs}\n\
+             \"$SBX_CTL\" --socket {main} submit_plan --run 'touch {out}/main-socket'; echo main=$?\n\
+             python3 -c \"import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'x', '{path_s}')\" 2>&1 | tail -1 | sed 's/^/dgram: /'\n\
+             python3 -c \"import socket,os; p=os.environ['TMPDIR']+'/own.sock'; l=socket.socket(socket.AF_UNIX); l.bind(p); l.listen(); c=socket.socket(socket.AF_UNIX); c.connect(p); print('own=ok')\"\n",
+            out = out.display(),
+            path = py_connect("path", &format!("'{}'", unix_path.display())),
+            abs = py_connect("abstract", &format!("'\\\\0{tag}'")),
+            main = s.env.sock.display(),
+            path_s = unix_path.display(),
+        ),
+    )
+    .unwrap();
+
+    let (events, result) = s.turn("call_gate");
+    assert!(done(&events), "{events:#?}");
+    for refused in [
+        "tmux-default=1",
+        "tmux-path=1",
+        "screen=1",
+        "path: PermissionError",
+        "abstract: PermissionError",
+        "dgram: PermissionError",
+    ] {
+        assert!(result.contains(refused), "{refused} in:\n{result}");
+    }
+    assert!(!result.contains("reached"), "{result}");
+    assert!(!result.contains("main=0"), "{result}");
+    // The agent's own sockets still work.
+    assert!(result.contains("own=ok"), "{result}");
+    // Nothing ran outside and no server saw a connection.
+    for name in ["tmux-default", "tmux-path", "screen", "main-socket"] {
+        assert!(!out.join(name).exists(), "{name} ran outside:\n{result}");
+    }
+    assert!(path_listener.accept().is_err(), "{result}");
+    assert!(abstract_listener.accept().is_err(), "{result}");
+    // The user's servers still work for the user.
+    let mine = std::process::Command::new("tmux")
+        .args([
+            "-S",
+            &tmux_sock_s,
+            "run-shell",
+            &format!("touch {}/by-user", out.display()),
+        ])
+        .status()
+        .unwrap();
+    assert!(mine.success());
+    assert!(out.join("by-user").exists());
+}
+
+#[test]
+fn no_network_sends_no_packet_of_any_protocol() {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let command = format!(
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'leak', ('127.0.0.1', {port})); print('sent')\"; \
+         python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'leak', ('192.0.2.1', 53))\" 2>&1 | tail -1; \
+         python3 -c \"import socket; l=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); l.bind(('127.0.0.1', 0)); l.sendto(b'ok', l.getsockname()); print('loopback=' + l.recv(8).decode())\""
+    );
+    let s = setup(
+        "",
+        vec![bash("call_udp", &command), Reply::text("done")],
+        &[],
+    );
+    let dir = workdir(&s.env, "ws");
+    let out = s.env.ctl(&[
+        "session_new",
+        "--no-network",
+        "--workdir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    let events = send(&s.env, &id, "go");
+    assert!(done(&events), "{events:#?}");
+    let result = request_tool_result(&s.fake.requests()[1], "call_udp");
+    // The sandbox's loopback is its own: the datagram went nowhere, and no
+    // route leads out.
+    assert!(result.contains("sent"), "{result}");
+    assert!(result.contains("Network is unreachable"), "{result}");
+    assert!(result.contains("loopback=ok"), "{result}");
+    let mut buf = [0u8; 16];
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "a datagram left: {result}"
+    );
+}

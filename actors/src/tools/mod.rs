@@ -26,6 +26,7 @@ pub mod read;
 pub mod sandbox;
 pub mod secrets;
 pub mod shell;
+pub mod socket_gate;
 pub mod write;
 
 use std::future::Future;

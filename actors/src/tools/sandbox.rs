@@ -15,7 +15,16 @@
 //!   process may not mount or unmount) allows reads everywhere and writes
 //!   only in the workdir, a private TMPDIR and `[sandbox] writable`; with
 //!   `network = false` it also denies TCP connect and bind (ABI 4+), and it
-//!   keeps signals inside the sandbox (ABI 6+).
+//!   keeps signals and abstract UNIX sockets inside the sandbox (ABI 6+);
+//! - the socket gate (`socket_gate`, a seccomp filter applied after
+//!   Landlock) lets a UNIX-socket connect reach only the child's plan
+//!   socket, its own sockets and `[sandbox] sockets`: Landlock does not
+//!   restrict those, and a server the user runs (tmux, screen, D-Bus,
+//!   ssh-agent) would otherwise act for the child outside the sandbox.
+//!
+//! With `network = false` and user namespaces the child also gets a network
+//! namespace of its own with only loopback: no packet of any protocol
+//! leaves it.
 //!
 //! Where user namespaces are refused, the read grants are built around the
 //! hidden paths instead (their parents' listings become unreadable too).
@@ -29,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 use serde::{Deserialize, Serialize};
@@ -95,8 +104,11 @@ pub struct SandboxConfig {
     /// More paths hidden from agents, besides flytod's own directories and
     /// `~/.ssh`, `~/.gnupg`, `~/.aws`, `~/.config/gh`.
     pub hidden: Vec<String>,
-    /// TCP connect and bind allowed.
+    /// Network allowed (false: an empty network namespace, no TCP).
     pub network: bool,
+    /// UNIX sockets agents' commands may connect to besides their plan
+    /// socket and their own (`"~/.docker/run/docker.sock"`).
+    pub sockets: Vec<String>,
     /// Refuse to run agents' commands where the kernel cannot confine them.
     pub require: bool,
 }
@@ -108,6 +120,7 @@ impl Default for SandboxConfig {
             writable: Vec::new(),
             hidden: Vec::new(),
             network: true,
+            sockets: Vec::new(),
             require: false,
         }
     }
@@ -141,11 +154,11 @@ impl SandboxSpec {
             .collect();
         match self.profile {
             Profile::ReadOnly => format!(
-                "flytod: the sandbox (read-only) blocks writes outside TMPDIR ({}) and hides flytod's files and credential folders; a `Permission denied` above comes from it",
+                "flytod: the sandbox (read-only) blocks writes outside TMPDIR ({}) and hides flytod's files, credential folders and other programs' UNIX sockets (tmux, screen, D-Bus, ssh-agent); a `Permission denied` above comes from it",
                 roots.join(", ")
             ),
             _ => format!(
-                "flytod: the sandbox (workspace-write) blocks writes outside the workdir and TMPDIR ({}) and hides flytod's files and credential folders; a `Permission denied` above comes from it",
+                "flytod: the sandbox (workspace-write) blocks writes outside the workdir and TMPDIR ({}) and hides flytod's files, credential folders and other programs' UNIX sockets (tmux, screen, D-Bus, ssh-agent); a `Permission denied` above comes from it",
                 roots.join(", ")
             ),
         }
@@ -161,11 +174,24 @@ pub struct Support {
     pub userns: bool,
     /// Why something is missing, in words for the log.
     pub note: Option<String>,
+    /// `None`: UNIX-socket connects are gated; else why they are not.
+    pub gate: Option<String>,
 }
 
 impl Support {
     /// One line for `stats`, the log and a session's first event.
     pub fn describe(&self) -> String {
+        let base = self.describe_landlock();
+        match (&self.gate, self.landlock_abi) {
+            (_, 0) => base,
+            (None, _) => format!("{base}, socket gate"),
+            (Some(why), _) => format!(
+                "{base}; UNIX sockets are not gated ({why}): agents' commands can reach servers the user runs"
+            ),
+        }
+    }
+
+    fn describe_landlock(&self) -> String {
         match (self.landlock_abi, self.userns) {
             (0, _) => format!(
                 "unavailable: {}",
@@ -188,6 +214,8 @@ pub struct Host {
     pub support: Support,
     pub hidden: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
+    /// `[sandbox] sockets`, expanded.
+    pub sockets: Vec<PathBuf>,
     pub require: bool,
     /// See [`tmp_root`].
     pub tmp_root: PathBuf,
@@ -255,6 +283,25 @@ pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Folders where servers the user runs keep their sockets: tmux, screen,
+/// and the per-user runtime directory (D-Bus, `systemd --user`, gpg-agent,
+/// ssh-agent, Wayland). The socket gate already refuses connects there;
+/// hidden too, a child that races the gate's check finds nothing.
+pub fn server_dirs() -> Vec<PathBuf> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut dirs = vec![
+        PathBuf::from(format!("/tmp/tmux-{uid}")),
+        PathBuf::from(format!("/run/user/{uid}")),
+        PathBuf::from("/run/screen"),
+    ];
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    dirs.extend(var("TMUX_TMPDIR").map(|d| PathBuf::from(d).join(format!("tmux-{uid}"))));
+    dirs.extend(var("SCREENDIR").map(PathBuf::from));
+    dirs.extend(var("XDG_RUNTIME_DIR").map(PathBuf::from));
+    dirs
+}
+
 /// `~/x` and `~` expanded against `home`.
 pub fn expand(path: &str, home: Option<&Path>) -> PathBuf {
     match (path.strip_prefix("~"), home) {
@@ -283,6 +330,7 @@ fn probe_now() -> Support {
             note: Some(format!(
                 "the probe was told to fail ({PROBE_ENV}=unavailable)"
             )),
+            gate: Some("no Landlock".into()),
         };
     }
     let simulate_no_userns = std::env::var(PROBE_ENV).as_deref() == Ok("no-userns");
@@ -330,6 +378,7 @@ fn probe_now() -> Support {
         landlock_abi,
         userns,
         note,
+        gate: super::socket_gate::probe().err(),
     }
 }
 
@@ -344,7 +393,7 @@ fn userns_works() -> std::io::Result<()> {
     // the fork.
     unsafe {
         use std::os::unix::process::CommandExt;
-        cmd.pre_exec(move || maps.enter());
+        cmd.pre_exec(move || maps.enter(false));
     }
     let status = cmd.status()?;
     if status.success() {
@@ -373,11 +422,16 @@ impl IdMaps {
         })
     }
 
-    /// In the child: a new user and mount namespace, the caller's own ids
-    /// mapped, mounts private. Only raw syscalls (async-signal-safe).
-    fn enter(&self) -> std::io::Result<()> {
+    /// In the child: a new user and mount namespace (and network
+    /// namespace, with `own_network`), the caller's own ids mapped, mounts
+    /// private. Only raw syscalls (async-signal-safe).
+    fn enter(&self, own_network: bool) -> std::io::Result<()> {
+        let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+        if own_network {
+            flags |= libc::CLONE_NEWNET;
+        }
         // SAFETY: unshare takes flags only.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        if unsafe { libc::unshare(flags) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         write_file(c"/proc/self/setgroups", b"deny")?;
@@ -397,8 +451,37 @@ impl IdMaps {
         if r != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        if own_network {
+            loopback_up()?;
+        }
         Ok(())
     }
+}
+
+/// Brings `lo` up in a new network namespace (it starts down), so servers
+/// and clients inside the sandbox still reach each other.
+fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: socket/ioctl/close on a zeroed ifreq naming "lo".
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        let mut r = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut ifr);
+        if r == 0 {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            r = libc::ioctl(sock, libc::SIOCSIFFLAGS, &ifr);
+        }
+        let err = std::io::Error::last_os_error();
+        libc::close(sock);
+        if r != 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
 }
 
 fn write_file(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
@@ -445,7 +528,17 @@ enum Mount {
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: Option<Arc<OwnedFd>>,
-    namespace: Option<(IdMaps, Vec<Mount>)>,
+    namespace: Option<Namespace>,
+    gate: Option<super::socket_gate::Ticket>,
+}
+
+/// The namespaces and mounts of one child.
+#[derive(Debug)]
+struct Namespace {
+    maps: IdMaps,
+    mounts: Vec<Mount>,
+    /// A network namespace with only loopback (`network = false`).
+    own_network: bool,
 }
 
 /// Prepares the confinement of one command; `None` when it runs
@@ -495,10 +588,29 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
         .filter(|h| h.symlink_metadata().is_ok())
         .collect();
     let hidden = outermost(hidden);
+    let keep: Vec<&Path> = keep
+        .into_iter()
+        .chain(host.sockets.iter().map(PathBuf::as_path))
+        .collect();
     let namespace = if support.userns {
-        Some((IdMaps::current().map_err(setup)?, mounts(&hidden, keep)?))
+        Some(Namespace {
+            maps: IdMaps::current().map_err(setup)?,
+            mounts: mounts(&hidden, &keep)?,
+            own_network: !spec.network,
+        })
     } else {
         None
+    };
+    let gate = match &support.gate {
+        Some(_) => None,
+        None => {
+            let rules = super::socket_gate::Rules {
+                sockets: keep.iter().map(|p| p.to_path_buf()).collect(),
+                roots: writable.clone(),
+                abstract_scoped: support.landlock_abi >= 6,
+            };
+            Some(super::socket_gate::ticket(&rules.canonical()).map_err(setup)?)
+        }
     };
     let ruleset = cached_ruleset(
         support.landlock_abi,
@@ -507,7 +619,11 @@ pub fn prepare(spec: &SandboxSpec, keep: Option<&Path>) -> Result<Option<Prepare
         &hidden,
         namespace.is_some(),
     )?;
-    Ok(Some(Prepared { ruleset, namespace }))
+    Ok(Some(Prepared {
+        ruleset,
+        namespace,
+        gate,
+    }))
 }
 
 /// The paths of `hidden` that are not inside another one: hiding a folder
@@ -587,7 +703,7 @@ fn cstring(path: &Path) -> Result<CString, SandboxError> {
         .map_err(|_| setup(format!("path with a NUL byte: {}", path.display())))
 }
 
-fn mounts(hidden: &[&PathBuf], keep: Option<&Path>) -> Result<Vec<Mount>, SandboxError> {
+fn mounts(hidden: &[&PathBuf], keep: &[&Path]) -> Result<Vec<Mount>, SandboxError> {
     let mut out = Vec::new();
     for h in hidden {
         let is_dir = h.metadata().map(|m| m.is_dir()).unwrap_or(false);
@@ -597,11 +713,10 @@ fn mounts(hidden: &[&PathBuf], keep: Option<&Path>) -> Result<Vec<Mount>, Sandbo
             Mount::DevNull(cstring(h)?)
         });
     }
-    if let Some(keep) = keep
-        && hidden.iter().any(|h| keep.starts_with(h))
-        && keep.exists()
-    {
-        out.push(Mount::Keep(cstring(keep)?));
+    for keep in keep {
+        if hidden.iter().any(|h| keep.starts_with(h)) && keep.exists() {
+            out.push(Mount::Keep(cstring(keep)?));
+        }
     }
     Ok(out)
 }
@@ -632,7 +747,7 @@ fn ruleset(
     }
     if kernel_abi >= 6 {
         ruleset = ruleset
-            .scope(BitFlags::from(Scope::Signal))
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)
             .map_err(setup)?;
     }
     let read_roots = if mounted {
@@ -680,8 +795,13 @@ impl Prepared {
     /// In the child, between fork and exec: namespace and mounts, then
     /// Landlock. Only raw syscalls on what [`prepare`] built.
     pub fn apply(&self) -> std::io::Result<()> {
-        if let Some((maps, mounts)) = &self.namespace {
-            maps.enter()?;
+        if let Some(Namespace {
+            maps,
+            mounts,
+            own_network,
+        }) = &self.namespace
+        {
+            maps.enter(*own_network)?;
             let mut kept = Vec::new();
             for m in mounts {
                 if let Mount::Keep(path) = m {
@@ -711,6 +831,10 @@ impl Prepared {
                     return Err(std::io::Error::last_os_error());
                 }
             }
+        }
+        // After no-new-privs, which seccomp needs.
+        if let Some(gate) = &self.gate {
+            gate.install()?;
         }
         Ok(())
     }

@@ -33,10 +33,12 @@ pub fn run(rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     // As flytod configures it: its own folders and the credential folders.
     let mut hidden = vec![state.clone(), tmp.path().join("run")];
     hidden.extend(sandbox::default_hidden(&home));
+    hidden.extend(sandbox::server_dirs());
     sandbox::configure(Host {
         support,
         hidden,
         writable: Vec::new(),
+        sockets: Vec::new(),
         require: false,
         tmp_root: tmp.path().join("tmp"),
     });
