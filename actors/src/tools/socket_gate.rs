@@ -325,38 +325,29 @@ fn supervise(receiver: OwnedFd) {
     }
 }
 
-/// One listener and its rules from a child.
+/// One listener and its rules from a child. (The child's side stays raw
+/// syscalls, as it must allocate nothing; this side uses nix.)
 fn receive(receiver: &OwnedFd) -> Option<(OwnedFd, Rules)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut data = vec![0u8; 64 * 1024];
-    let mut control = [0u64; 4];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: recvmsg into stack and heap buffers that outlive the call;
-    // the fd is taken from the control message the kernel filled in.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        let n = libc::recvmsg(receiver.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return None;
-        }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            return None;
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        let listener = OwnedFd::from_raw_fd(fd);
-        data.truncate(n as usize);
-        Some((listener, Rules::decode(&data)))
-    }
+    let mut control = nix::cmsg_space!(RawFd);
+    let mut iov = [std::io::IoSliceMut::new(&mut data)];
+    let msg = recvmsg::<()>(
+        receiver.as_raw_fd(),
+        &mut iov,
+        Some(&mut control),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let len = msg.bytes;
+    let fd = msg.cmsgs().ok()?.find_map(|c| match c {
+        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+        _ => None,
+    })?;
+    // SAFETY: the kernel just installed this fd for us.
+    let listener = unsafe { OwnedFd::from_raw_fd(fd) };
+    data.truncate(len);
+    Some((listener, Rules::decode(&data)))
 }
 
 enum Verdict {
