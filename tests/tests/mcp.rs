@@ -769,20 +769,14 @@ fn secrets_in_server_configs_are_never_shown_or_logged() {
     }
 }
 
-#[test]
-fn tools_that_only_run_as_tasks_are_left_out_with_the_reason() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path().display().to_string();
-    let config = format!(
-        "[mcp.servers.every]\ncommand = {:?}\nargs = [\"stdio\"]\ncwd = {d:?}\nsandbox = \"off\"\n",
-        npm_peer("mcp-server-everything").display().to_string()
-    );
-    let (fake, env, _daemon) = setup_with(&config, vec![Reply::text("hi"), Reply::text("hi")]);
+/// server-everything lists its task tool after the handshake
+/// (notifications/tools/list_changed): it is left out with the reason,
+/// and never offered to the model.
+fn task_only_tools_are_left_out(config: &str) {
+    let (fake, env, _daemon) = setup_with(config, vec![Reply::text("hi"), Reply::text("hi")]);
     let work = workdir(&env, "proj");
     let id = new_session(&env, &work);
     send(&env, &id, "start it");
-    // server-everything lists its task tool after the handshake
-    // (notifications/tools/list_changed).
     let reason = "tool `simulate-research-query` is left out: it only runs as an MCP task";
     wait_until("the task tool to be left out", DEADLINE, || {
         server_view(&env, "every")["problems"]
@@ -803,4 +797,23 @@ fn tools_that_only_run_as_tasks_are_left_out_with_the_reason() {
         !tools.iter().any(|t| t.contains("simulate-research")),
         "{tools:?}"
     );
+}
+
+#[test]
+fn tools_that_only_run_as_tasks_are_left_out_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().display().to_string();
+    task_only_tools_are_left_out(&format!(
+        "[mcp.servers.every]\ncommand = {:?}\nargs = [\"stdio\"]\ncwd = {d:?}\nsandbox = \"off\"\n",
+        npm_peer("mcp-server-everything").display().to_string()
+    ));
+}
+
+#[test]
+fn over_streamable_http_tools_that_only_run_as_tasks_are_left_out_too() {
+    let port = free_port();
+    let _server = Everything::start(port);
+    task_only_tools_are_left_out(&format!(
+        "[mcp.servers.every]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    ));
 }

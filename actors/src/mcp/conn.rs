@@ -101,6 +101,9 @@ pub async fn connect(
         msg
     };
     let started = tokio::time::Instant::now();
+    // Filled by the HTTP client from the raw `tools/list` answers (a stdio
+    // server's process reads its own).
+    let mut http_task_tools = stdio::TaskTools::default();
     let (service, mut process) = match &spec.transport {
         Transport::Stdio { command, args } => {
             let cwd = match &entry.cwd {
@@ -173,6 +176,7 @@ pub async fn connect(
                 .max_json_response_size(max)
                 .max_sse_event_size(max);
             let client = super::http_client::Client::new(&spec.name, reconnects)?;
+            http_task_tools = client.task_tools.clone();
             let transport = StreamableHttpClientTransport::with_client(client, config);
             match tokio::time::timeout(timeout, handler.serve(transport)).await {
                 Ok(Ok(service)) => (service, None),
@@ -222,7 +226,7 @@ pub async fn connect(
     let task_tools = process
         .as_ref()
         .map(|p| p.task_tools.clone())
-        .unwrap_or_default();
+        .unwrap_or(http_task_tools);
     Ok(Connected {
         service,
         process,

@@ -12,7 +12,14 @@
 //! rmcp reconnects and retries once), and any other error without an `id`
 //! answers the request it came back for (an HTTP POST carries one message),
 //! so a call fails at once instead of waiting.
+//!
+//! rmcp's tool type drops `execution.taskSupport`, so `tools/list` answers
+//! are read raw on their way through (each SSE event's data; a JSON answer
+//! is asked for once more, raw) to leave out the tools that only run as
+//! MCP tasks, as the stdio transport does.
 
+use super::stdio::{TaskTools, note_task_tools};
+use futures_util::StreamExt;
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
@@ -34,6 +41,8 @@ pub struct Client {
     /// New sessions after the first, over the server's life in flytod.
     reconnects: Arc<AtomicU32>,
     server: String,
+    /// Tools the server's `tools/list` answers say run only as tasks.
+    pub task_tools: TaskTools,
 }
 
 impl Client {
@@ -50,6 +59,7 @@ impl Client {
             initialized: Arc::default(),
             reconnects,
             server: server.to_string(),
+            task_tools: TaskTools::default(),
         })
     }
 
@@ -65,6 +75,109 @@ impl Client {
             );
         }
     }
+
+    /// Reads the task-only tools off a `tools/list` answer.
+    async fn note_tool_list(
+        &self,
+        answer: StreamableHttpPostResponse,
+        ask_again: RawPost,
+    ) -> StreamableHttpPostResponse {
+        match answer {
+            StreamableHttpPostResponse::Sse(events, session) => {
+                let tasks = self.task_tools.clone();
+                let events = events
+                    .inspect(move |event| {
+                        if let Ok(event) = event
+                            && let Some(data) = &event.data
+                        {
+                            note_task_tools(data.as_bytes(), &tasks);
+                        }
+                    })
+                    .boxed();
+                StreamableHttpPostResponse::Sse(events, session)
+            }
+            json @ StreamableHttpPostResponse::Json(..) => {
+                // The parsed answer lost the field: the same read-only
+                // request once more, kept raw.
+                match ask_again.send(&self.inner).await {
+                    Ok(body) => {
+                        for message in raw_messages(&body) {
+                            note_task_tools(message.as_bytes(), &self.task_tools);
+                        }
+                    }
+                    Err(e) => tracing::debug!(
+                        server = %self.server,
+                        "cannot read the raw tools/list answer (task-only tools stay listed): {e}"
+                    ),
+                }
+                json
+            }
+            other => other,
+        }
+    }
+}
+
+/// A POST to repeat outside rmcp, to see its answer's raw text.
+struct RawPost {
+    uri: Arc<str>,
+    body: Vec<u8>,
+    session_id: Option<Arc<str>>,
+    auth_header: Option<String>,
+    custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    max_bytes: usize,
+}
+
+impl RawPost {
+    async fn send(self, client: &reqwest_mcp::Client) -> Result<String, String> {
+        let mut request = client
+            .post(self.uri.as_ref())
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(self.body);
+        if let Some(token) = self.auth_header {
+            request = request.bearer_auth(token);
+        }
+        if let Some(session) = self.session_id {
+            request = request.header("mcp-session-id", session.as_ref());
+        }
+        for (name, value) in self.custom_headers {
+            request = request.header(name, value);
+        }
+        let mut response = request.send().await.map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("HTTP {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(format!("the answer is over {} bytes", self.max_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// The JSON-RPC messages of an answer body: the body itself when it is
+/// JSON, else the data of each server-sent event.
+fn raw_messages(body: &str) -> Vec<String> {
+    let trimmed = body.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        return vec![trimmed.to_string()];
+    }
+    let mut messages = Vec::new();
+    let mut data = String::new();
+    for line in body.lines().chain(std::iter::once("")) {
+        if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        } else if line.is_empty() && !data.is_empty() {
+            messages.push(std::mem::take(&mut data));
+        }
+    }
+    messages
 }
 
 /// Only same-origin 307 and 308 (which keep the method and the body), as
@@ -143,6 +256,16 @@ impl StreamableHttpClient for Client {
     ) -> Result<StreamableHttpPostResponse, Error> {
         self.note_initialize(&message);
         let had_session = session_id.is_some();
+        let lists_tools = matches!(&message, JsonRpcMessage::Request(r)
+            if matches!(r.request, ClientRequest::ListToolsRequest(_)));
+        let ask_again = lists_tools.then(|| RawPost {
+            uri: uri.clone(),
+            body: serde_json::to_vec(&message).unwrap_or_default(),
+            session_id: session_id.clone(),
+            auth_header: auth_header.clone(),
+            custom_headers: custom_headers.clone(),
+            max_bytes: limits.max_json_response_size,
+        });
         let answer = self
             .inner
             .post_message_with_response_limits(
@@ -154,7 +277,11 @@ impl StreamableHttpClient for Client {
                 limits,
             )
             .await;
-        fix(answer, &message, had_session)
+        let answer = fix(answer, &message, had_session)?;
+        match ask_again {
+            Some(again) => Ok(self.note_tool_list(answer, again).await),
+            None => Ok(answer),
+        }
     }
 
     async fn delete_session(
@@ -201,5 +328,40 @@ impl StreamableHttpClient for Client {
                 max_sse_event_size,
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noted(body: &str) -> Vec<String> {
+        let tasks = TaskTools::default();
+        for m in raw_messages(body) {
+            note_task_tools(m.as_bytes(), &tasks);
+        }
+        let mut names: Vec<String> = tasks.lock().unwrap().iter().cloned().collect();
+        names.sort();
+        names
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"research","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}]}}"#;
+
+    #[test]
+    fn a_json_tool_list_names_its_task_only_tools() {
+        assert_eq!(noted(LIST), ["research"]);
+    }
+
+    #[test]
+    fn a_tool_list_sent_as_server_sent_events_names_them_too() {
+        let body = format!(
+            "event: message\nid: 7\ndata: {LIST}\n\n: keep-alive\n\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}}\n\n"
+        );
+        assert_eq!(noted(&body), ["research"]);
+        // Data over several lines is one message (joined by a line end,
+        // here between two JSON tokens); a stream cut without the final
+        // blank line still counts.
+        let (head, tail) = LIST.split_at(LIST.find("\"result\"").unwrap());
+        assert_eq!(noted(&format!("data: {head}\ndata: {tail}")), ["research"]);
     }
 }

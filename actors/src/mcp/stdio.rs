@@ -35,8 +35,9 @@ pub struct Noise {
 /// way to the client.
 pub type TaskTools = Arc<Mutex<std::collections::HashSet<String>>>;
 
-/// Notes the tools of a `tools/list` answer that require tasks.
-fn note_task_tools(line: &[u8], tasks: &TaskTools) {
+/// Notes the tools of a `tools/list` answer (one JSON-RPC message) that
+/// require tasks.
+pub(super) fn note_task_tools(line: &[u8], tasks: &TaskTools) {
     // Cheap test first: most lines are not tool lists.
     if !line.windows(11).any(|w| w == b"taskSupport") {
         return;
