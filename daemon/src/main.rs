@@ -432,7 +432,8 @@ fn shared_scheduler_spec(
                     // As on one machine: a child plan per level of the
                     // depth cap may run beside the steps waiting for it.
                     child_slots: (config.max_parallel_steps * config.max_depth as usize).max(1),
-                    sweep_every: Duration::from_secs(5),
+                    // Well inside the 45 s lease; an idle node's cost.
+                    sweep_every: Duration::from_secs(15),
                     keeper: Default::default(),
                     plan_ttl: Some(config.plan_ttl),
                     log_dir: Some(log_dir.clone()),
@@ -709,7 +710,9 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         use flyto_actors::store::postgres::listen::Listener;
         use flyto_actors::store::postgres::plans::{PLANS_CHANNEL, WORK_CHANNEL};
         // One listener connection for the whole daemon; its poll is the
-        // fallback for a notification that never came.
+        // fallback for a notification that never came (the connection is
+        // checked by TCP keepalives, and every reconnect wakes everyone):
+        // rare, as each wake-up costs every waiter a read.
         let listener = Listener::start(
             &j.shared,
             &[
@@ -718,7 +721,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 flyto_actors::plans::shared_jobs::JOBS_CHANNEL,
                 flyto_actors::channels::shared::CHANNELS_CHANNEL,
             ],
-            Duration::from_secs(2),
+            Duration::from_secs(60),
         );
         flyto_actors::plans::shared_reader::SharedReader {
             shared: j.shared.clone(),

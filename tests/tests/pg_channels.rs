@@ -153,13 +153,13 @@ fn one_node_polls_a_binding_and_a_dead_nodes_binding_moves_with_each_message_ans
     ]);
     let h = c.holder();
     let other = 1 - h;
-    // Any node lists it; the other names the node that polls it.
-    let seen = channel(&c.envs[other]);
-    assert_eq!(
-        seen["state"],
-        format!("on node {}", c.ids[h]).as_str(),
-        "{seen}"
-    );
+    // Any node lists it; the other names the node that polls it (told by
+    // the holder's notification).
+    let polled_by = format!("on node {}", c.ids[h]);
+    wait_until("the other node to name the holder", DEADLINE, || {
+        let seen = channel(&c.envs[other]);
+        (seen["state"] == polled_by.as_str()).then_some(())
+    });
     assert_eq!(channel(&c.envs[h])["kind"], "telegram");
 
     c.say("one");

@@ -1002,7 +1002,8 @@ fn a_channel_keeper_takes_free_bindings_and_fences_itself_when_the_database_is_g
     };
     let got = next("the lease is taken", &|t| !t.acquired.is_empty());
     assert_eq!(got.acquired[0].0.name, "tg");
-    assert_eq!(got.holders.get("tg").map(String::as_str), Some("node-1"));
+    let holders = got.holders.expect("the holders were read");
+    assert_eq!(holders.get("tg").map(String::as_str), Some("node-1"));
     assert!(held.lock().unwrap().contains_key("tg"));
     // The database goes away: within fence_after (well inside the lease)
     // the keeper tells the node to stop the binding.

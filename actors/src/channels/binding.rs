@@ -8,8 +8,8 @@
 
 use super::platform::{Inbound, OutChunk, Platform, PlatformError};
 use super::store::{
-    ChannelStore, ChatRecord, CursorRecord, InboundRecord, OutRecord, OutState, PairingRecord,
-    TurnState, Write,
+    BindingRecord, ChannelStore, ChatRecord, CursorRecord, InboundRecord, OutRecord, OutState,
+    PairingRecord, TurnState, Write,
 };
 use crate::clock::Clock;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -28,9 +28,24 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// a long poll at once, a folder watch that fires on our own reads): an
 /// idle binding costs at most one request a second.
 pub const MIN_POLL_GAP: Duration = Duration::from_secs(1);
-/// The sender looks again this often for chunks left pending by a
-/// transient failure.
-const RESEND_EVERY: Duration = Duration::from_secs(5);
+/// A server that does not hold a poll open (it answers an empty poll at
+/// once) is asked less often the longer it has nothing: the gap doubles
+/// after every [`QUIET_POLLS`] such answers in a row, up to this. A
+/// message brings the gap back to [`MIN_POLL_GAP`]; a server that long
+/// polls (Telegram, iLink) never gets here.
+const QUIET_POLL_GAP_MAX: Duration = Duration::from_secs(4);
+const QUIET_POLLS: u32 = 10;
+
+/// The gap before the next poll after `quiet` empty at-once answers.
+fn quiet_gap(quiet: u32) -> Duration {
+    let doublings = (quiet / QUIET_POLLS).min(8);
+    (MIN_POLL_GAP * 2u32.pow(doublings)).min(QUIET_POLL_GAP_MAX)
+}
+/// The sender's safety net: it looks at the outbox this often even when
+/// nothing woke it (every enqueue, here or on another node, wakes it; a
+/// transient failure has its own backoff), so an idle binding does not
+/// query its store every few seconds.
+const RESEND_EVERY: Duration = Duration::from_secs(60);
 
 /// What `channel_list` shows of a binding; written by its tasks.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +86,39 @@ pub struct BindingArgs {
     pub context_ttl: Duration,
     pub pause_on_expiry: Duration,
     pub out_seq: Arc<tokio::sync::Mutex<u64>>,
+    /// The binding's record as last read or written here. While this
+    /// actor runs only its own loops change the record (a rebind needs an
+    /// unbind first, which stops it), so it is read from the store once,
+    /// not on every poll: on the shared store each read is a round trip.
+    pub record: Arc<Mutex<Option<BindingRecord>>>,
+}
+
+impl BindingArgs {
+    fn binding_record(&self) -> Option<BindingRecord> {
+        let mut cached = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.is_none() {
+            *cached = self.store.binding(&self.name).ok().flatten();
+        }
+        cached.clone()
+    }
+
+    /// Changes the record, durably first, then here.
+    fn update_record(&self, change: impl FnOnce(&mut BindingRecord)) {
+        let Some(mut b) = self.binding_record() else {
+            return;
+        };
+        change(&mut b);
+        let mut w = Write::default();
+        w.binding(&b);
+        match self.store.apply(&w) {
+            Ok(()) => *self.record.lock().unwrap_or_else(|p| p.into_inner()) = Some(b),
+            Err(e) => {
+                tracing::warn!(binding = %self.name, error = %e, "cannot record the binding's state");
+                // Read again next time: the store says what holds.
+                *self.record.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+    }
 }
 
 pub struct BindingActor;
@@ -152,9 +200,13 @@ fn jittered(d: Duration) -> Duration {
 /// Polls until the binding's token is refused; returns why it stopped.
 async fn poll_loop(a: &BindingArgs) -> String {
     let mut backoff = Duration::from_secs(1);
+    // Empty polls in a row that the server answered at once.
+    let mut quiet = 0u32;
     let mut in_seq = a.store.last_seq(b'i', &a.name).unwrap_or(0);
+    // Only this loop writes the cursor: read once, then kept as written.
+    let mut stored = a.store.cursor(&a.name).ok().flatten();
     loop {
-        if let Ok(Some(b)) = a.store.binding(&a.name) {
+        if let Some(b) = a.binding_record() {
             if let Some(why) = &b.auth_failed {
                 set_status(&a.status, |s| {
                     s.state = "auth_failed".into();
@@ -171,7 +223,6 @@ async fn poll_loop(a: &BindingArgs) -> String {
                 }
             }
         }
-        let stored = a.store.cursor(&a.name).ok().flatten();
         let now = a.clock.now_ms();
         let cursor = stored.as_ref().and_then(|c| {
             let forgotten =
@@ -187,11 +238,19 @@ async fn poll_loop(a: &BindingArgs) -> String {
                     s.state = "ok".into();
                     s.last_poll_ms = Some(a.clock.now_ms());
                 });
-                match journal(a, &mut in_seq, p.updates, p.cursor, stored).await {
+                match journal(a, &mut in_seq, p.updates, p.cursor, &mut stored).await {
                     Ok(fresh) => {
                         backoff = Duration::from_secs(1);
+                        let held = started.elapsed() >= a.platform.poll_timeout() / 2;
+                        // An inbox poll asks no server: its folder watch
+                        // wakes it, and it stays at the floor.
+                        if fresh || held || a.kind == "inbox" {
+                            quiet = 0;
+                        } else {
+                            quiet = quiet.saturating_add(1);
+                        }
                         if !fresh {
-                            tokio::time::sleep_until(started + MIN_POLL_GAP).await;
+                            tokio::time::sleep_until(started + quiet_gap(quiet)).await;
                         }
                     }
                     Err(e) => {
@@ -221,12 +280,7 @@ async fn poll_loop(a: &BindingArgs) -> String {
         set_status(&a.status, |s| s.last_error = Some(err.to_string()));
         match err {
             PlatformError::Auth(why) => {
-                if let Ok(Some(mut b)) = a.store.binding(&a.name) {
-                    b.auth_failed = Some(why.clone());
-                    let mut w = Write::default();
-                    w.binding(&b);
-                    let _ = a.store.apply(&w);
-                }
+                a.update_record(|b| b.auth_failed = Some(why.clone()));
                 set_status(&a.status, |s| s.state = "auth_failed".into());
                 return format!("auth_failed: {why}: rebind it with `flytoctl channel_bind`");
             }
@@ -250,12 +304,8 @@ async fn poll_loop(a: &BindingArgs) -> String {
 }
 
 fn pause(a: &BindingArgs) {
-    if let Ok(Some(mut b)) = a.store.binding(&a.name) {
-        b.paused_until_ms = Some(a.clock.now_ms() + a.pause_on_expiry.as_millis() as u64);
-        let mut w = Write::default();
-        w.binding(&b);
-        let _ = a.store.apply(&w);
-    }
+    let until = a.clock.now_ms() + a.pause_on_expiry.as_millis() as u64;
+    a.update_record(|b| b.paused_until_ms = Some(until));
     set_status(&a.status, |s| s.state = "paused".into());
 }
 
@@ -271,12 +321,13 @@ fn pairing_code() -> String {
 /// Journals one poll's updates and the cursor acknowledging them in one
 /// durable write, then acknowledges and routes them. Whether the poll
 /// brought anything new (an update not seen before, or a moved cursor).
+/// `stored` is the cursor on record, updated once a new one is durable.
 async fn journal(
     a: &BindingArgs,
     in_seq: &mut u64,
     updates: Vec<Inbound>,
     cursor: Option<String>,
-    stored: Option<CursorRecord>,
+    stored: &mut Option<CursorRecord>,
 ) -> Result<bool, String> {
     if !updates.is_empty() {
         crate::failpoint::reached("channel-after-receive");
@@ -365,17 +416,17 @@ async fn journal(
     let restamp = stored
         .as_ref()
         .is_some_and(|c| now.saturating_sub(c.used_ms) > RESTAMP_MS);
-    let next = cursor.or_else(|| stored.map(|c| c.cursor));
-    if let Some(c) = &next
+    let next = cursor.or_else(|| stored.as_ref().map(|c| c.cursor.clone()));
+    let mut new_cursor = None;
+    if let Some(c) = next
         && (cursor_moved || restamp)
     {
-        w.cursor(
-            &a.name,
-            &CursorRecord {
-                cursor: c.clone(),
-                used_ms: now,
-            },
-        );
+        let rec = CursorRecord {
+            cursor: c,
+            used_ms: now,
+        };
+        w.cursor(&a.name, &rec);
+        new_cursor = Some(rec);
         touched = true;
     }
     let mut seq = a.out_seq.lock().await;
@@ -404,6 +455,9 @@ async fn journal(
     if touched || !replies.is_empty() {
         // Durable before anything acknowledges it to the platform.
         a.store.synced().await?;
+        if new_cursor.is_some() {
+            *stored = new_cursor;
+        }
     }
     if !updates.is_empty() {
         crate::failpoint::reached("channel-after-journal");
@@ -428,7 +482,14 @@ async fn send_loop(a: &BindingArgs) {
         let wait = match send_pending(a).await {
             Ok(()) => {
                 backoff = Duration::from_secs(1);
-                RESEND_EVERY
+                // A paused binding sends again when its pause ends.
+                let now = a.clock.now_ms();
+                match a.binding_record().and_then(|b| b.paused_until_ms) {
+                    Some(until) if until > now => {
+                        RESEND_EVERY.min(Duration::from_millis(until - now))
+                    }
+                    _ => RESEND_EVERY,
+                }
             }
             Err(Some(d)) => {
                 // The platform said when: a reply queued meanwhile must
@@ -452,7 +513,7 @@ async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
     let Ok(outbox) = a.store.outbox(&a.name) else {
         return Err(None);
     };
-    if let Ok(Some(b)) = a.store.binding(&a.name)
+    if let Some(b) = a.binding_record()
         && (b.auth_failed.is_some() || b.paused_until_ms.is_some_and(|u| u > a.clock.now_ms()))
     {
         return Ok(());
@@ -579,12 +640,7 @@ async fn send_pending(a: &BindingArgs) -> Result<(), Option<Duration>> {
                 });
                 o.state = OutState::Pending;
                 record(a, &o).await;
-                if let Ok(Some(mut b)) = a.store.binding(&a.name) {
-                    b.auth_failed = Some(why);
-                    let mut w = Write::default();
-                    w.binding(&b);
-                    let _ = a.store.apply(&w);
-                }
+                a.update_record(|b| b.auth_failed = Some(why));
                 return Ok(());
             }
             Err(PlatformError::Rejected(why) | PlatformError::Markup(why)) => {
@@ -615,5 +671,18 @@ async fn record(a: &BindingArgs, o: &OutRecord) -> bool {
             tracing::warn!(binding = %a.name, chunk = %o.id, error = %e, "cannot record a reply chunk's state");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_answers_empty_polls_at_once_is_asked_less_often_up_to_a_cap() {
+        let secs = |q| quiet_gap(q).as_secs();
+        assert_eq!([secs(0), secs(1), secs(9)], [1, 1, 1]);
+        assert_eq!([secs(10), secs(19), secs(20)], [2, 2, 4]);
+        assert_eq!([secs(30), secs(1000), secs(u32::MAX)], [4, 4, 4]);
     }
 }

@@ -1,5 +1,5 @@
 //! The lease keeper of the channels room on the shared store. Every tick
-//! (2 s, or at once when a node notifies a change) it reads the bindings,
+//! (10 s, or at once when a node notifies a change) it reads the bindings,
 //! takes the lease of each one nobody holds, renews this node's leases
 //! every 10 s, gives up those of bindings that are gone, and, when no
 //! renewal reached the database for 30 s (well inside the 45 s lease),
@@ -26,7 +26,9 @@ pub struct LeaseTimes {
 impl Default for LeaseTimes {
     fn default() -> Self {
         LeaseTimes {
-            tick: Duration::from_secs(2),
+            // Two reads a tick: an idle node's cost. A binding whose holder
+            // died waits for its lease (45 s) anyway.
+            tick: Duration::from_secs(10),
             renew_every: HEARTBEAT_EVERY,
             lease: LEASE,
             fence_after: SELF_FENCE_AFTER,
@@ -61,8 +63,10 @@ pub struct Tick {
     pub acquired: Vec<(BindingRecord, i64)>,
     /// Leases this node lost or gave up: stop these bindings now.
     pub lost: Vec<String>,
-    /// binding → the node that holds it.
-    pub holders: HashMap<String, String>,
+    /// binding → the node that holds it (`None`: not read this tick).
+    pub holders: Option<HashMap<String, String>>,
+    /// A node notified a change (an outbox to look at); not a timer tick.
+    pub notified: bool,
 }
 
 fn held_now(held: &Held) -> HashMap<String, i64> {
@@ -98,9 +102,14 @@ pub async fn run(c: Cluster, held: Held, report: impl Fn(Tick) -> bool) {
         held: &held,
         last_renewed: Instant::now(),
         last_ok: Instant::now(),
+        records: None,
     };
+    let mut notified = false;
     loop {
-        let mut tick = Tick::default();
+        let mut tick = Tick {
+            notified,
+            ..Tick::default()
+        };
         let budget = TICK_BUDGET.max(c.times.tick);
         if tokio::time::timeout(budget, k.tick(&mut tick))
             .await
@@ -123,15 +132,21 @@ pub async fn run(c: Cluster, held: Held, report: impl Fn(Tick) -> bool) {
             tick.acquired.clear();
             tick.lost.extend(mine.into_keys());
         }
+        if tick.records.is_none() && !tick.lost.is_empty() {
+            // A binding stopped here is listed as another node's from now
+            // on: the manager needs the list to show it.
+            tick.records = k.records.as_ref().map(|(r, _)| r.clone());
+        }
         if !report(tick) {
             return;
         }
-        match wake.as_mut() {
-            Some(w) => {
-                let _ = tokio::time::timeout(c.times.tick, w.woken()).await;
+        notified = match wake.as_mut() {
+            Some(w) => tokio::time::timeout(c.times.tick, w.woken()).await.is_ok(),
+            None => {
+                tokio::time::sleep(c.times.tick).await;
+                false
             }
-            None => tokio::time::sleep(c.times.tick).await,
-        }
+        };
     }
 }
 
@@ -142,19 +157,37 @@ struct Keeper<'a> {
     /// The last renewal that reached the database (or since when this
     /// node holds nothing).
     last_ok: Instant,
+    /// The bindings as last read, and when: re-read when a node notifies
+    /// a change (bind and unbind do), else every [`RECORDS_EVERY`].
+    records: Option<(Vec<BindingRecord>, Instant)>,
 }
+
+/// How stale the keeper's list of bindings may get without a notification.
+const RECORDS_EVERY: Duration = Duration::from_secs(60);
 
 impl Keeper<'_> {
     /// One tick's round trips, filling `tick` as they go (so what was
     /// done before a timeout is still reported).
     async fn tick(&mut self, tick: &mut Tick) {
         let (c, held) = (self.c, self.held);
-        let records = match c.backend.bindings().await {
-            Ok(r) => Some(r),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the channel bindings");
-                None
+        let stale = self
+            .records
+            .as_ref()
+            .is_none_or(|(_, at)| tick.notified || at.elapsed() >= RECORDS_EVERY);
+        // Fresh from the store, or `None` (the manager keeps what it has).
+        let records = if stale {
+            match c.backend.bindings().await {
+                Ok(r) => {
+                    self.records = Some((r.clone(), Instant::now()));
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the channel bindings");
+                    None
+                }
             }
+        } else {
+            None
         };
         if let Some(recs) = &records {
             for (name, token) in held_now(held) {
@@ -185,9 +218,14 @@ impl Keeper<'_> {
                 }
             }
         }
-        if let Some(recs) = &records {
+        // Who holds what: only a binding nobody holds is worth a try.
+        let holders = c.backend.holders().await.ok();
+        if let (Some((recs, _)), Some(holders)) = (&self.records, &holders) {
             let mine = held_now(held);
-            for rec in recs.iter().filter(|r| !mine.contains_key(&r.name)) {
+            for rec in recs
+                .iter()
+                .filter(|r| !mine.contains_key(&r.name) && !holders.contains_key(&r.name))
+            {
                 match c.backend.acquire(&rec.name, &c.node, c.times.lease).await {
                     Ok(Some(token)) => {
                         if let Ok(mut h) = held.lock() {
@@ -198,6 +236,11 @@ impl Keeper<'_> {
                             h.insert(rec.name.clone(), token);
                         }
                         tick.acquired.push((rec.clone(), token));
+                        // The other nodes list it as this node's at once,
+                        // not at their next tick.
+                        if let Err(e) = c.backend.notify(&rec.name).await {
+                            tracing::debug!(binding = %rec.name, error = %e, "cannot tell the other nodes who polls the binding");
+                        }
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -207,8 +250,11 @@ impl Keeper<'_> {
             }
         }
         tick.records = records;
-        if let Ok(h) = c.backend.holders().await {
-            tick.holders = h;
-        }
+        tick.holders = holders.map(|mut h| {
+            for (rec, _) in &tick.acquired {
+                h.insert(rec.name.clone(), c.node.clone());
+            }
+            h
+        });
     }
 }

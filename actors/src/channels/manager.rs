@@ -302,6 +302,7 @@ impl ChannelsState {
             context_ttl: self.config.context_ttl,
             pause_on_expiry: self.config.pause_on_expiry,
             out_seq: l.out_seq.clone(),
+            record: Default::default(),
         };
         let retiring = self.retiring.remove(name);
         let name = name.to_string();
@@ -607,7 +608,10 @@ impl ChannelsState {
                     Some(o) if o.rec == rec => o.platform,
                     _ => self.factory.build(&rec).ok(),
                 };
-                let holder = tick.holders.get(&rec.name).cloned();
+                let holder = tick
+                    .holders
+                    .as_ref()
+                    .and_then(|h| h.get(&rec.name).cloned());
                 others.insert(
                     rec.name.clone(),
                     Other {
@@ -618,10 +622,18 @@ impl ChannelsState {
                 );
             }
             c.others = others;
+        } else if let Some(holders) = &tick.holders {
+            // The list is as it was; who holds each binding is news.
+            for (name, o) in c.others.iter_mut() {
+                o.holder = holders.get(name).cloned();
+            }
         }
-        // Another node may have added to an outbox this node sends.
-        for l in self.bindings.values() {
-            l.flush.notify_one();
+        // Another node may have added to an outbox this node sends (a
+        // timer tick does not look: each sender has its own safety net).
+        if tick.notified {
+            for l in self.bindings.values() {
+                l.flush.notify_one();
+            }
         }
     }
 

@@ -423,14 +423,21 @@ impl Runner {
             let (shared, config) = (shared.clone(), config.clone());
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(config.sweep_every);
+                let mut last_expired: Option<tokio::time::Instant> = None;
                 loop {
                     tick.tick().await;
                     if let Err(e) = claims::sweep(&shared).await {
                         tracing::warn!(node = %config.node, error = %e, "cannot sweep expired leases");
                     }
-                    if let Some(ttl) = config.plan_ttl
-                        && let Err(e) = expire(&shared, ttl, config.log_dir.as_deref()).await
-                    {
+                    let Some(ttl) = config.plan_ttl else { continue };
+                    // A tenth of the TTL late at most, and no more often
+                    // than the sweep or less than every ten minutes.
+                    let every = (ttl / 10).clamp(config.sweep_every, Duration::from_secs(600));
+                    if last_expired.is_some_and(|at| at.elapsed() < every) {
+                        continue;
+                    }
+                    last_expired = Some(tokio::time::Instant::now());
+                    if let Err(e) = expire(&shared, ttl, config.log_dir.as_deref()).await {
                         tracing::warn!(node = %config.node, error = %e, "cannot remove expired plans");
                     }
                 }

@@ -225,6 +225,10 @@ pub async fn heartbeat(shared: &Shared, node: &str, tokens: &[i64]) -> Result<Ve
     )
     .await
     .map_err(&err)?;
+    if tokens.is_empty() {
+        // Nothing to renew: an idle node's heartbeat is one statement.
+        return Ok(Vec::new());
+    }
     let rows = c
         .query(
             "UPDATE flyto_steps SET lease_until = now() + make_interval(secs => $3)
@@ -437,6 +441,18 @@ pub async fn hand_back(shared: &Shared, token: i64, why: &str) -> Result<bool, P
 pub async fn sweep(shared: &Shared) -> Result<Option<Vec<(i64, String, i64)>>, PgError> {
     let mut c = shared.client().await?;
     let err = shared.query_err("sweeping expired leases");
+    // Mostly nothing expired: one read, not a locking transaction.
+    let any: bool = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM flyto_steps WHERE state = 'running' AND lease_until < now())",
+            &[],
+        )
+        .await
+        .map_err(&err)?
+        .get(0);
+    if !any {
+        return Ok(Some(Vec::new()));
+    }
     let tx = c.transaction().await.map_err(&err)?;
     let won: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])

@@ -109,6 +109,14 @@ impl Listener {
         let connects = Arc::new(AtomicU64::new(0));
         let mut config = shared.config.clone();
         config.application_name("flyto-listen");
+        // A connection that died silently (a cut network) would lose every
+        // notification until the fallback poll: the kernel's keepalives
+        // find it within about half a minute, and the reconnect wakes all.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(15))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3);
         let (target, tls) = (shared.target.clone(), shared.tls.clone());
         let keyed: Keyed = Arc::default();
         let (all, r, keys) = (channels.clone(), reconnects.clone(), keyed.clone());
