@@ -520,9 +520,37 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Loaded> {
     })
 }
 
+/// Where a TOML error is and what it is, without the quoted line or
+/// value toml's own message carries: the line may hold a secret (a
+/// store URL's password, a token), and this message reaches the log.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let mut message = e.message().trim().to_string();
+    for kind in ["invalid type:", "invalid value:"] {
+        if let Some(rest) = message.strip_prefix(kind)
+            && let Some((_, expected)) = rest.split_once(", expected")
+        {
+            message = format!("{kind} (the value is not shown), expected{expected}");
+        }
+    }
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
 pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
-    let mut config: Config = toml::from_str(text)
-        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?;
+    let mut config: Config = toml::from_str(text).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid config file {}: {}",
+            path.display(),
+            toml_error(text, &e)
+        )
+    })?;
     // `~` as in plan files (a shell would expand it; TOML does not).
     if let Some(dir) = &config.plans.default_workdir
         && let Some(home) = std::env::var_os("HOME")
@@ -890,6 +918,28 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_config_syntax_or_type_error_says_where_without_quoting_the_line() {
+        for text in [
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://flyto:hunter2-secret@db/flyto\n",
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://flyto:hunter2-secret@db/flyto\" x\n",
+            "[store]\nbackend = [\"hunter2-secret\"]\n",
+        ] {
+            let err = format!("{:#}", super::parse(text, Path::new("c.toml")).unwrap_err());
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("c.toml") && err.contains("line "), "{err}");
+        }
+        let err = format!(
+            "{:#}",
+            super::parse(
+                "[store]\nbackend = \"postgres\"\nurl = \"x\" y\n",
+                Path::new("c.toml")
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("line 3, column"), "{err}");
+    }
+
     use super::*;
 
     #[test]
