@@ -17,11 +17,11 @@ pub struct McpSection {
     pub servers: BTreeMap<String, ServerEntry>,
     /// Servers no session has used for this long are stopped (they start
     /// again with the next session that needs them).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub idle_timeout: Duration,
     /// How long a run waits for servers still starting before its first
     /// model call; later calls get their tools once they are up.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "flyto_protocol::duration::human")]
     pub startup_wait: Duration,
 }
 
@@ -54,9 +54,9 @@ pub struct ServerEntry {
     pub enabled: bool,
     #[serde(default)]
     pub tools: ToolLists,
-    #[serde(default = "startup_timeout", with = "humantime_serde")]
+    #[serde(default = "startup_timeout", with = "flyto_protocol::duration::human")]
     pub startup_timeout: Duration,
-    #[serde(default = "call_timeout", with = "humantime_serde")]
+    #[serde(default = "call_timeout", with = "flyto_protocol::duration::human")]
     pub call_timeout: Duration,
     /// `off`, `read-only` or `workspace-write`; default: the sessions'
     /// sandbox profile.
@@ -581,6 +581,19 @@ mod tests {
     fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
         let section: McpSection = toml::from_str(text).map_err(|e| e.to_string())?;
         check(&section)
+    }
+
+    #[test]
+    fn durations_take_a_number_of_seconds_or_a_duration_string() {
+        let section: McpSection = toml::from_str(
+            "idle_timeout = 600\nstartup_wait = \"30s\"\n[servers.a]\ncommand = \"x\"\ncall_timeout = \"2m\"\nstartup_timeout = 15\n",
+        )
+        .unwrap();
+        assert_eq!(section.idle_timeout, Duration::from_secs(600));
+        assert_eq!(section.startup_wait, Duration::from_secs(30));
+        let a = &section.servers["a"];
+        assert_eq!(a.call_timeout, Duration::from_secs(120));
+        assert_eq!(a.startup_timeout, Duration::from_secs(15));
     }
 
     #[test]
