@@ -62,7 +62,9 @@
 //! to run something for the agent: a tmux or screen server (any command
 //! but the version: `tmux ls` too, since it reaches the same server), `at`,
 //! `crontab`, `systemd-run`, `run0`, bus method calls, an editor's server,
-//! `xdg-open`, `ssh localhost`; starting or stopping the user's existing
+//! `xdg-open`, `ssh localhost`, a container started with the host's rights
+//! (`--privileged`, `--pid=host`, a bind mount of `/`, a system folder or
+//! the engine's socket); starting or stopping the user's existing
 //! services (`systemctl --user restart app`) is an ask. Code that git or
 //! another program runs from configuration (`git -c core.pager=…`, a `!`
 //! alias, `GIT_SSH_COMMAND=…`) is parsed and judged like `bash -c`. A remote command (`ssh`) is judged as the worst
@@ -1322,6 +1324,7 @@ fn sandbox_escape(program: &str, texts: &[String]) -> Option<(Option<Level>, Str
             ))
         }
         "systemctl" | "loginctl" => service_manager(program, texts),
+        "docker" | "podman" | "nerdctl" => container_escape(program, texts).and_then(deny),
         "ssh" | "mosh" | "autossh" => {
             // `ssh [options] HOST …`: the first word that is neither an
             // option nor an option's value.
@@ -1348,6 +1351,115 @@ fn sandbox_escape(program: &str, texts: &[String]) -> Option<(Option<Level>, Str
         }
         _ => None,
     }
+}
+
+/// A container its engine starts with the host's rights: privileged, in
+/// the host's process or user namespace, with its devices, or with a bind
+/// mount of the host's root, a system folder or the engine's own socket.
+/// Ordinary containers (`docker run --rm -v "$PWD:/src" img make`) pass:
+/// the socket gate decides whether the engine is reachable at all.
+fn container_escape(program: &str, texts: &[String]) -> Option<String> {
+    let verb = texts.iter().find(|t| !t.starts_with('-'))?;
+    let starts = match verb.as_str() {
+        "run" | "create" => true,
+        // `docker container run`, `podman container create`.
+        "container" => texts
+            .iter()
+            .filter(|t| !t.starts_with('-'))
+            .nth(1)
+            .is_some_and(|v| v == "run" || v == "create"),
+        _ => false,
+    };
+    if !starts {
+        return None;
+    }
+    let why = |what: &str| {
+        Some(format!(
+            "`{program} {verb}` with {what} gives the container the host's rights: it reaches              everything the sandbox keeps from this session"
+        ))
+    };
+    let mut i = 0;
+    while let Some(t) = texts.get(i) {
+        i += 1;
+        let (flag, inline) = match t.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (t.as_str(), None),
+        };
+        let value = |i: &mut usize| {
+            inline.clone().or_else(|| {
+                let v = texts.get(*i).cloned();
+                *i += 1;
+                v
+            })
+        };
+        match flag {
+            "--privileged" if inline.as_deref().is_none_or(|v| v != "false") => {
+                return why("`--privileged`");
+            }
+            "--pid" | "--userns" | "--ipc" | "--uts" | "--cgroupns" => {
+                if value(&mut i).is_some_and(|v| v == "host") {
+                    return why(&format!("`{flag}=host`"));
+                }
+            }
+            "--device" => return why("a host device"),
+            "--cap-add" => {
+                let cap = value(&mut i).unwrap_or_default().to_uppercase();
+                if [
+                    "ALL",
+                    "SYS_ADMIN",
+                    "SYS_PTRACE",
+                    "SYS_MODULE",
+                    "DAC_READ_SEARCH",
+                ]
+                .iter()
+                .any(|c| cap.trim_start_matches("CAP_") == *c)
+                {
+                    return why(&format!("`--cap-add {cap}`"));
+                }
+            }
+            "-v" | "--volume" => {
+                let spec = value(&mut i).unwrap_or_default();
+                let source = spec.split(':').next().unwrap_or_default();
+                if host_system_path(source) {
+                    return why(&format!("a bind mount of `{source}`"));
+                }
+            }
+            "--mount" => {
+                let spec = value(&mut i).unwrap_or_default();
+                let source = spec.split(',').find_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    matches!(k, "source" | "src").then_some(v)
+                });
+                if let Some(source) = source
+                    && host_system_path(source)
+                {
+                    return why(&format!("a bind mount of `{source}`"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The host's root, a system folder, the whole of `/home` or of the home
+/// folder, a hidden folder in it (`~/.ssh`), or a container engine's
+/// socket. A project folder (`~/proj`, `/home/me/proj`, `$PWD`) is not.
+fn host_system_path(source: &str) -> bool {
+    let path = source.trim_end_matches('/');
+    const SYSTEM: [&str; 13] = [
+        "/etc", "/root", "/run", "/var/run", "/proc", "/sys", "/dev", "/boot", "/usr", "/var",
+        "/bin", "/sbin", "/lib",
+    ];
+    path.is_empty()
+        || path == "/home"
+        || path == "~"
+        || path.starts_with("~/.")
+        || path.contains("docker.sock")
+        || path.contains("podman.sock")
+        || SYSTEM
+            .iter()
+            .any(|s| path == *s || path.starts_with(&format!("{s}/")))
 }
 
 fn reaches_this_machine(program: &str, host: &str) -> String {
@@ -2954,6 +3066,20 @@ mod tests {
             "python3 -c \"import os; os.system('tmux run-shell id')\"",
             "sudo -u me tmux run-shell id",
             "unshare -r tmux run-shell id",
+            // Containers with the host's rights.
+            "docker run --rm -v /:/host alpine chroot /host id",
+            "docker run -it --privileged ubuntu",
+            "docker run --pid=host --rm alpine nsenter -t 1 -m -u -i -n sh",
+            "docker run --pid host alpine ps",
+            "podman run --userns=host -v /etc:/x alpine",
+            "docker run -v /var/run/docker.sock:/var/run/docker.sock docker:cli ps",
+            "docker run --mount type=bind,source=/,target=/host alpine",
+            "docker container run --cap-add SYS_ADMIN alpine",
+            "docker create --device /dev/sda alpine",
+            "nerdctl run -v ~/.ssh:/keys alpine",
+            "docker run -v ~:/h alpine",
+            "docker run -v /home:/h alpine",
+            "sudo docker run --privileged alpine",
         ]
         .into_iter()
         .map(|c| (c, escape))
@@ -3000,6 +3126,17 @@ mod tests {
             ("grep -r 'tmux run-shell' docs/", "allow"),
             ("strace -f -o trace.txt ./app", "allow"),
             ("script -qc 'make test' /dev/null", "allow"),
+            ("docker ps", "allow"),
+            ("docker build -t app .", "allow"),
+            (
+                "docker run --rm -v \"$PWD:/src\" -w /src rust:1 cargo test",
+                "allow",
+            ),
+            ("docker run --rm -v ./data:/data alpine ls /data", "allow"),
+            ("docker run --privileged=false alpine id", "allow"),
+            ("podman run --rm --cap-add NET_BIND_SERVICE nginx", "allow"),
+            ("docker logs app", "allow"),
+            ("docker run --rm -v ~/proj:/src alpine ls", "allow"),
         ]);
         assert_table(&p, &cases);
 
