@@ -1396,10 +1396,11 @@ fn container_escape(program: &str, texts: &[String]) -> Option<String> {
             "--privileged" if inline.as_deref().is_none_or(|v| v != "false") => {
                 return why("`--privileged`");
             }
-            "--pid" | "--userns" | "--ipc" | "--uts" | "--cgroupns" => {
-                if value(&mut i).is_some_and(|v| v == "host") {
-                    return why(&format!("`{flag}=host`"));
-                }
+            // The guard takes the option's value either way.
+            "--pid" | "--userns" | "--ipc" | "--uts" | "--cgroupns"
+                if value(&mut i).is_some_and(|v| v == "host") =>
+            {
+                return why(&format!("`{flag}=host`"));
             }
             "--device" => return why("a host device"),
             "--cap-add" => {
