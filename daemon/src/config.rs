@@ -532,15 +532,43 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
             message = format!("{kind} (the value is not shown), expected{expected}");
         }
     }
-    match e.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-            format!("line {line}, column {column}: {message}")
-        }
-        None => message,
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    match error_key(text, line) {
+        Some(key) => format!("line {line}, column {column}, key `{key}`: {message}"),
+        None => format!("line {line}, column {column}: {message}"),
     }
+}
+
+/// The key a line assigns, under its table (`plans.step_timeout`): the
+/// names only, never the value after `=`.
+fn error_key(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (key, _) = lines.get(line.checked_sub(1)?)?.split_once('=')?;
+    let key = key.trim();
+    let bare = |k: &str| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | ' '))
+    };
+    if !bare(key) {
+        return None;
+    }
+    let table = lines[..line - 1]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim())
+        .filter(|t| bare(t));
+    Some(match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_string(),
+    })
 }
 
 pub fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
@@ -938,6 +966,11 @@ mod tests {
             .unwrap_err()
         );
         assert!(err.contains("line 3, column"), "{err}");
+        let err = format!(
+            "{:#}",
+            super::parse("[plans]\nstep_timeout = \"soon\"\n", Path::new("c.toml")).unwrap_err()
+        );
+        assert!(err.contains("key `plans.step_timeout`"), "{err}");
     }
 
     use super::*;
