@@ -29,7 +29,7 @@ pub fn list(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     }
     let mut out = String::new();
     if hooks.is_empty() {
-        out.push_str("no hooks: add [[hooks]] entries to the config (see the README)\n");
+        out.push_str("no hooks: add [[hooks]] entries to the config (see docs/hooks.md)\n");
     }
     for h in &hooks {
         let matcher = h

@@ -1,5 +1,5 @@
 //! The context budget of a model: effective window, warning and
-//! compaction thresholds (README.md, "Long sessions").
+//! compaction thresholds (docs/sessions.md, "Long sessions").
 
 use crate::llm::ModelProfile;
 use flyto_protocol::ContextView;
