@@ -13,6 +13,7 @@ pub mod dream;
 pub mod durable;
 pub mod failpoint;
 pub mod hooks;
+pub mod jobs;
 pub mod llm;
 pub mod mcp;
 pub mod memory;

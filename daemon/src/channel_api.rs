@@ -133,7 +133,7 @@ async fn ask<T: Send + 'static>(
 pub async fn check_binding(target: &str) -> Result<(), Reject> {
     let binding = target.split(':').next().unwrap_or(target);
     // A malformed target is the jobs room's to explain.
-    if flyto_actors::plans::jobs_actor::check_notify(target).is_err() {
+    if flyto_actors::jobs::actor::check_notify(target).is_err() {
         return Ok(());
     }
     let Ok((channels, _)) = ask(|reply| ChannelsMsg::List { reply }).await else {

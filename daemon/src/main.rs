@@ -206,7 +206,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
                 }
             }
             let n = jobs.len();
-            match flyto_actors::plans::shared_jobs::import(&shared, &source, jobs, &plan_ids)
+            match flyto_actors::jobs::shared::import(&shared, &source, jobs, &plan_ids)
                 .await
                 .map_err(|r| anyhow::anyhow!(r.message))?
             {
@@ -279,11 +279,11 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
 /// A sled store's jobs, each with its fires and the plan counted last.
 fn sled_jobs(
     store: Store,
-) -> Result<Vec<flyto_actors::plans::shared_jobs::ImportedJob>, flyto_actors::store::StoreError> {
-    let jobs = flyto_actors::plans::jobs::SledJobStore::open(store)?;
+) -> Result<Vec<flyto_actors::jobs::shared::ImportedJob>, flyto_actors::store::StoreError> {
+    let jobs = flyto_actors::jobs::model::SledJobStore::open(store)?;
     let mut out = Vec::new();
     for rec in jobs.all()? {
-        out.push(flyto_actors::plans::shared_jobs::ImportedJob {
+        out.push(flyto_actors::jobs::shared::ImportedJob {
             fires: jobs.read_fires(rec.id)?,
             counted: jobs.counted(rec.id)?,
             rec,
@@ -718,7 +718,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             &[
                 WORK_CHANNEL,
                 PLANS_CHANNEL,
-                flyto_actors::plans::shared_jobs::JOBS_CHANNEL,
+                flyto_actors::jobs::shared::JOBS_CHANNEL,
                 flyto_actors::channels::shared::CHANNELS_CHANNEL,
             ],
             Duration::from_secs(60),
@@ -818,7 +818,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         memory.clone(),
         clock.clone(),
     ));
-    tools.extend(flyto_actors::plans::schedule_tools::all(clock.clone()));
+    tools.extend(flyto_actors::jobs::tools::all(clock.clone()));
     tools.extend(flyto_actors::channels::tools::all());
     let session_deps = Arc::new(SessionDeps {
         store: match &joined {
@@ -970,7 +970,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     };
     let (dream_spec, dream_config) = dream_spec;
     let jobs_spec = {
-        use flyto_actors::plans::jobs::{JobStore, SledJobStore};
+        use flyto_actors::jobs::model::{JobStore, SledJobStore};
         use flyto_actors::plans::reader::PlanLookup;
         let local_jobs = SledJobStore::open(store.clone())?;
         let (job_store, plan_lookup): (Arc<dyn JobStore>, Arc<dyn PlanLookup>) = match (
@@ -986,7 +986,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                     );
                 }
                 (
-                    Arc::new(flyto_actors::plans::shared_jobs::SharedJobStore {
+                    Arc::new(flyto_actors::jobs::shared::SharedJobStore {
                         shared: j.shared.clone(),
                         node: j.node.clone(),
                         listener: r.listener.clone(),
@@ -1002,7 +1002,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         ChildSpec {
             name: "jobs".into(),
             start: Arc::new(move |sup| {
-                let args = flyto_actors::plans::jobs_actor::JobsArgs {
+                let args = flyto_actors::jobs::actor::JobsArgs {
                     store: job_store.clone(),
                     reader: plan_lookup.clone(),
                     clock: clock.clone(),
@@ -1011,8 +1011,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(
-                        Some(flyto_actors::plans::jobs_actor::JOBS_NAME.into()),
-                        flyto_actors::plans::jobs_actor::JobsActor,
+                        Some(flyto_actors::jobs::actor::JOBS_NAME.into()),
+                        flyto_actors::jobs::actor::JobsActor,
                         args,
                         sup,
                     )

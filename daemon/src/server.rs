@@ -730,7 +730,7 @@ async fn dispatch(req: Request, sink: &mut Sink, ctx: &Ctx) -> Result<(), FrameE
                 ))
             } else if idempotency_key
                 .as_deref()
-                .is_some_and(|k| flyto_actors::plans::jobs::job_of_key(k).is_some())
+                .is_some_and(|k| flyto_actors::plans::model::job_of_key(k).is_some())
             {
                 // Such a key marks a job's run (no schedule tools): a client
                 // may not borrow it.
@@ -1267,7 +1267,7 @@ fn job_next(
     after: Option<String>,
     count: u32,
 ) -> Result<Response, Reject> {
-    use flyto_actors::plans::schedule::{Schedule, machine_zone, tzdb_version};
+    use flyto_actors::jobs::schedule::{Schedule, machine_zone, tzdb_version};
     let bad = |m: String| Reject::new(ErrorCode::BadRequest, m);
     let tz = tz.unwrap_or_else(machine_zone);
     let after = match after {
@@ -1297,8 +1297,8 @@ fn job_next(
 
 /// The `job_*` requests, asked of the jobs actor.
 async fn jobs_request(req: Request) -> Result<Response, Reject> {
-    use flyto_actors::plans::jobs_actor::{JOBS_NAME, JobsMsg};
-    use flyto_actors::plans::schedule::tzdb_version as tzdb;
+    use flyto_actors::jobs::actor::{JOBS_NAME, JobsMsg};
+    use flyto_actors::jobs::schedule::tzdb_version as tzdb;
     if let Request::JobCreate { spec } | Request::JobUpdate { spec, .. } = &req
         && let Some(target) = &spec.notify
     {

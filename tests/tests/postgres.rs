@@ -9,10 +9,10 @@
 
 use flyto_actors::channels::shared::SharedChannels;
 use flyto_actors::channels::store::{ChannelStore, InboundRecord, TurnState, Write};
-use flyto_actors::plans::jobs::{
+use flyto_actors::jobs::model::{
     FireOutcome, FireRecord, JobRecord, JobStore, Mode, PendingNotify, Template,
 };
-use flyto_actors::plans::shared_jobs::{JOBS_CHANNEL, SharedJobStore};
+use flyto_actors::jobs::shared::{JOBS_CHANNEL, SharedJobStore};
 use flyto_actors::store::postgres::claims::{self, StepRow};
 use flyto_actors::store::postgres::listen::Listener;
 use flyto_actors::store::postgres::{LATEST, PgError, Shared, migrate};

@@ -130,7 +130,7 @@ impl Launch for ProcessLaunch {
                     job: plan
                         .idempotency_key
                         .as_deref()
-                        .and_then(super::jobs::job_of_key),
+                        .and_then(super::model::job_of_key),
                 };
                 let tail_max = self.tail_max;
                 return Box::pin(async move {

@@ -12,15 +12,10 @@
 pub mod agent_step;
 pub mod cluster;
 pub mod dag;
-pub mod jobs;
-pub mod jobs_actor;
 pub mod model;
 pub mod reader;
-pub mod schedule;
-pub mod schedule_tools;
 pub mod scheduler;
 pub mod shared;
-pub mod shared_jobs;
 pub mod shared_reader;
 pub mod shared_scheduler;
 pub mod store;

@@ -337,6 +337,27 @@ pub fn parse_id(s: &str) -> Option<u64> {
     s.strip_prefix('p').unwrap_or(s).parse().ok()
 }
 
+/// The job (`j<N>`) whose fire submitted the plan with idempotency key
+/// `key` (the jobs room's `fire_key` and `attempt_key` write them:
+/// `job jN at <ms>` or `job jN manual <ms>`, a retry's with ` retry <k>`):
+/// how a job's run is recognised. It lives here, not in the jobs room,
+/// because the scheduler marks a job's runs and plans may not depend on
+/// jobs.
+pub fn job_of_key(key: &str) -> Option<String> {
+    let rest = key.strip_prefix("job ")?;
+    let (id, rest) = rest.split_once(' ')?;
+    let instant = rest
+        .strip_prefix("at ")
+        .or_else(|| rest.strip_prefix("manual "))?;
+    // A retry's key: `job jN at <ms> retry <k>`.
+    let instant = match instant.split_once(" retry ") {
+        Some((at, k)) if k.parse::<u32>().is_ok() => at,
+        _ => instant,
+    };
+    let job_id = id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok());
+    (job_id.is_some() && instant.parse::<u64>().is_ok()).then(|| id.to_string())
+}
+
 impl PlanRecord {
     /// The view clients see; see [`PlanRecord::into_view`] when the record
     /// is not needed afterwards.

@@ -800,7 +800,7 @@ impl SchedulerState {
         let key_job = |rec: &PlanRecord| {
             rec.idempotency_key
                 .as_deref()
-                .and_then(super::jobs::job_of_key)
+                .and_then(super::model::job_of_key)
         };
         let rec = &self.active.get(&plan)?.rec;
         if let Some(job) = key_job(rec) {

@@ -4,7 +4,7 @@
 //! several daemons coordinate through: step claims with fencing tokens and
 //! leases (`claims.rs`), plans whose state follows from their steps'
 //! (`plans.rs`); the jobs room keeps its rows itself (job fires keyed by
-//! (job, instant), in `plans/shared_jobs.rs`).
+//! (job, instant), in `jobs/shared.rs`).
 //! It knows no room's records beyond the rows these primitives need; all
 //! lease times are the database's clock.
 

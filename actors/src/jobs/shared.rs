@@ -10,12 +10,12 @@
 //! hold. Every change NOTIFYs [`JOBS_CHANNEL`]. It may not submit or run
 //! anything; the jobs actor does.
 
-use super::jobs::{
+use super::model::{
     FireOutcome, FireRecord, JOB_FORMAT_VERSION, JobRecord, JobSnapshot, JobStore,
     NOTIFY_FORMAT_VERSION, PendingNotify, decode_fire, decode_job, decode_notify, format_id,
 };
-use super::shared_reader::unavailable;
-use super::{AnswerFut, Reject};
+use crate::plans::shared_reader::unavailable;
+use crate::plans::{AnswerFut, Reject};
 use crate::store::encode_record;
 use crate::store::postgres::Shared;
 use crate::store::postgres::claims::LEASE;
@@ -310,7 +310,7 @@ impl SharedJobStore {
                     &(fire.attempt as i32),
                     &self.node,
                     &outcome_word(&fire.outcome),
-                    &encode_record(super::jobs::FIRE_FORMAT_VERSION, fire),
+                    &encode_record(super::model::FIRE_FORMAT_VERSION, fire),
                 ],
             )
             .await
@@ -338,7 +338,7 @@ impl SharedJobStore {
                 &fire.manual,
                 &(fire.attempt as i32),
                 &outcome_word(&fire.outcome),
-                &encode_record(super::jobs::FIRE_FORMAT_VERSION, fire),
+                &encode_record(super::model::FIRE_FORMAT_VERSION, fire),
             ],
         )
         .await
@@ -525,9 +525,9 @@ pub async fn import(
         return Ok(None);
     }
     let remap = |plan: &str| {
-        super::model::parse_id(plan)
+        crate::plans::model::parse_id(plan)
             .and_then(|old| plans.get(&old))
-            .map(|new| super::model::format_id(*new))
+            .map(|new| crate::plans::model::format_id(*new))
     };
     let mut copied = Vec::new();
     for job in jobs {
@@ -570,7 +570,7 @@ pub async fn import(
                     &(fire.attempt as i32),
                     &source,
                     &outcome_word(&fire.outcome),
-                    &encode_record(super::jobs::FIRE_FORMAT_VERSION, &fire),
+                    &encode_record(super::model::FIRE_FORMAT_VERSION, &fire),
                 ],
             )
             .await

@@ -10,14 +10,14 @@
 //! [`LATE`] ago) become one `missed` record. No overlap: a fire while the
 //! job's previous plan is still pending or running is `skipped`.
 
-use super::jobs::{
+use super::model::{
     FireOutcome, FireRecord, JobRecord, JobSnapshot, JobStore, Mode, PendingNotify, Template,
     fire_key, format_id, parse_id, plan_of,
 };
-use super::reader::PlanLookup;
 use super::schedule::{Schedule, machine_zone};
-use super::{Reject, SCHEDULER_NAME, SchedulerMsg};
 use crate::clock::Clock;
+use crate::plans::reader::PlanLookup;
+use crate::plans::{Reject, SCHEDULER_NAME, SchedulerMsg};
 use chrono::{DateTime, Utc};
 use flyto_protocol::{ErrorCode, FireView, JobSpec, JobView, PlanState};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -127,10 +127,10 @@ pub struct JobsArgs {
     /// Waits before the retries of a run that failed transiently.
     pub retry_backoff: Vec<Duration>,
     /// `job_fired` hooks, and where they run for a job's plan.
-    pub hooks: Option<super::PlanHooks>,
+    pub hooks: Option<crate::plans::PlanHooks>,
 }
 
-impl super::PlanHooks {
+impl crate::plans::PlanHooks {
     fn fired(&self, fire: &FireRecord, spec: &flyto_protocol::PlanSpec, plan: &str, now_ms: u64) {
         use crate::hooks::HookEvent;
         if !self.hooks.any(HookEvent::JobFired, None) {
@@ -198,7 +198,7 @@ pub struct JobsState {
     /// (when, job, instant): fires the store could not record, tried again.
     again: BTreeSet<(u64, u64, u64)>,
     retry_backoff: Vec<Duration>,
-    hooks: Option<super::PlanHooks>,
+    hooks: Option<crate::plans::PlanHooks>,
     generation: u64,
     /// When the pending tick comes (monotonic).
     armed: Option<std::time::Instant>,
@@ -613,7 +613,7 @@ impl JobsState {
         let Some(plan) = fire.plan.clone() else {
             return;
         };
-        let key = super::jobs::attempt_key(&fire);
+        let key = super::model::attempt_key(&fire);
         let (instant, attempt) = (fire.instant_ms, fire.attempt);
         let hooks = self.hooks.clone();
         let spec = plan.clone();
@@ -1405,7 +1405,7 @@ impl Actor for JobsActor {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, SystemClock};
-    use crate::plans::jobs::SledJobStore;
+    use crate::jobs::model::SledJobStore;
     use crate::plans::reader::PlanReader;
     use crate::plans::store::SledPlanStore;
     use crate::store::Store;

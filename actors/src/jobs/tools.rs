@@ -5,10 +5,10 @@
 //! A run started by a job (its tools see `FLYTO_JOB`) is not offered them
 //! and a call is refused: a job must not breed or edit jobs unattended.
 
-use super::Reject;
-use super::jobs_actor::{JOBS_NAME, JobsMsg};
+use super::actor::{JOBS_NAME, JobsMsg};
 use super::schedule::Schedule;
 use crate::clock::Clock;
+use crate::plans::Reject;
 use crate::tools::builtin::parse_args;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use chrono::{DateTime, Utc};

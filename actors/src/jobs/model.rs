@@ -8,7 +8,7 @@
 //! resubmits the same plan under the same key and the scheduler answers
 //! the plan it already has: one plan per instant.
 
-use super::{AnswerFut, Reject};
+use crate::plans::{AnswerFut, Reject};
 use crate::store::postgres::listen::Wake;
 use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
 use flyto_protocol::PlanSpec;
@@ -170,7 +170,8 @@ pub fn parse_id(s: &str) -> Option<u64> {
     s.strip_prefix('j')?.parse().ok()
 }
 
-/// The idempotency key of a fire's plan.
+/// The idempotency key of a fire's plan; the plans room recognises a
+/// job's run by it (`plans::model::job_of_key`).
 pub fn fire_key(job: u64, instant_ms: u64, manual: bool) -> String {
     if manual {
         format!("job {} manual {instant_ms}", format_id(job))
@@ -187,22 +188,6 @@ pub fn attempt_key(fire: &FireRecord) -> String {
     } else {
         format!("{key} retry {}", fire.attempt)
     }
-}
-
-/// The job (`j<N>`) whose fire submitted the plan with idempotency key
-/// `key` (see [`fire_key`]): how a job's run is recognised.
-pub fn job_of_key(key: &str) -> Option<String> {
-    let rest = key.strip_prefix("job ")?;
-    let (id, rest) = rest.split_once(' ')?;
-    let instant = rest
-        .strip_prefix("at ")
-        .or_else(|| rest.strip_prefix("manual "))?;
-    // A retry's key: `job jN at <ms> retry <k>`.
-    let instant = match instant.split_once(" retry ") {
-        Some((at, k)) if k.parse::<u32>().is_ok() => at,
-        _ => instant,
-    };
-    (parse_id(id).is_some() && instant.parse::<u64>().is_ok()).then(|| id.to_string())
 }
 
 fn job_key(id: u64) -> Vec<u8> {
@@ -570,6 +555,7 @@ pub fn plan_of(job: &JobRecord) -> PlanSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plans::model::job_of_key;
 
     #[test]
     fn a_format_1_fire_reads_as_the_instant_s_own_fire() {
