@@ -63,7 +63,12 @@ impl ScopeKey {
 }
 
 /// Times a change is made again after other nodes wrote the scope first.
-const MAX_REDO: usize = 12;
+const MAX_REDO: usize = 16;
+/// The longest random pause before a redo. The pause range doubles with
+/// each collision (5, 10, 20 ms, ...): on a loaded machine one attempt
+/// takes tens of milliseconds, and nodes that wait a few milliseconds
+/// collide again in step.
+const REDO_PAUSE_MAX_MS: u64 = 500;
 
 pub enum ScopeMsg {
     Scan {
@@ -146,7 +151,8 @@ impl ScopeState {
                 && let Some(s) = &mut self.sync
             {
                 // Nodes that keep colliding drift apart.
-                let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 0..=2 * attempt as u64);
+                let range = (5u64 << attempt.min(16)).min(REDO_PAUSE_MAX_MS);
+                let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 0..=range);
                 // Only with a shared store (multi-threaded runtime, as its
                 // round trips): the runtime's other tasks go on meanwhile.
                 tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(ms)));
