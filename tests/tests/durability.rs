@@ -401,18 +401,45 @@ fn a_step_interrupted_by_a_shutdown_says_so_with_its_real_duration() {
 }
 
 /// The paths flytod `fsync`ed or `fdatasync`ed, in order, from an
-/// `strace -y` record (`123 fsync(5</path>) = 0`).
+/// `strace -y` record (`123 fsync(5</path>) = 0`). A call another thread
+/// interrupts is split over two lines (`123 fsync(5</path> <unfinished
+/// ...>`, later `123 <... fsync resumed>) = 0`): joined by the thread id.
 fn synced_paths(trace: &str) -> Vec<String> {
-    trace
-        .lines()
-        .filter(|l| l.contains("fsync(") || l.contains("fdatasync("))
-        .filter(|l| l.trim_end().ends_with("= 0"))
-        .filter_map(|l| {
-            let start = l.find('<')? + 1;
-            let end = start + l[start..].find('>')?;
-            Some(l[start..end].to_string())
-        })
-        .collect()
+    let path_of = |l: &str| {
+        let start = l.find('<')? + 1;
+        let end = start + l[start..].find('>')?;
+        Some(l[start..end].to_string())
+    };
+    let mut pending: std::collections::HashMap<String, String> = Default::default();
+    let mut synced = Vec::new();
+    for l in trace.lines() {
+        let tid = l.split_whitespace().next().unwrap_or_default().to_string();
+        let ok = l.trim_end().ends_with("= 0");
+        if l.contains("fsync(") || l.contains("fdatasync(") {
+            let Some(path) = path_of(l) else { continue };
+            if l.contains("<unfinished") {
+                pending.insert(tid, path);
+            } else if ok {
+                synced.push(path);
+            }
+        } else if l.contains("sync resumed>")
+            && let Some(path) = pending.remove(&tid)
+            && ok
+        {
+            synced.push(path);
+        }
+    }
+    synced
+}
+
+#[test]
+fn the_fsync_trace_reader_joins_calls_split_by_another_thread() {
+    let trace = "10 fsync(5</s/logs>) = 0\n\
+                 11 fsync(6</s/db/wal> <unfinished ...>\n\
+                 12 fdatasync(7</s/logs/p1> <unfinished ...>\n\
+                 11 <... fsync resumed>) = 0\n\
+                 12 <... fdatasync resumed>) = -1 EIO (Input/output error)\n";
+    assert_eq!(synced_paths(trace), ["/s/logs", "/s/db/wal"]);
 }
 
 /// A power cut forgets every write and every directory entry not synced.
