@@ -430,24 +430,7 @@ async fn journal(
         touched = true;
     }
     let mut seq = a.out_seq.lock().await;
-    for (chat, code) in &replies {
-        let seq = a.store.next_out_seq(&mut seq).map_err(|e| e.to_string())?;
-        w.out(&OutRecord {
-            binding: a.name.clone(),
-            seq,
-            id: format!("pair/{code}/0"),
-            chat: chat.clone(),
-            text: format!(
-                "This agent answers only people its owner has admitted. To be admitted, ask the owner to run:\n\nflytoctl channel_pair {code}"
-            ),
-            index: 0,
-            last: true,
-            plain: true,
-            created_ms: now,
-            reply_to: None,
-            state: OutState::Pending,
-        });
-    }
+    pairing_replies(a, &mut seq, &mut w, &replies, now)?;
     if touched || !replies.is_empty() {
         a.store.apply(&w).map_err(|e| e.to_string())?;
     }
@@ -473,6 +456,36 @@ async fn journal(
         a.flush.notify_one();
     }
     Ok(!fresh.is_empty() || cursor_moved)
+}
+
+/// Queues each stranger's pairing code in the outbox, in the batch `w`
+/// (the caller holds the outbox sequence until the batch is applied).
+fn pairing_replies(
+    a: &BindingArgs,
+    out_seq: &mut u64,
+    w: &mut Write,
+    replies: &[(String, String)],
+    now: u64,
+) -> Result<(), String> {
+    for (chat, code) in replies {
+        let seq = a.store.next_out_seq(out_seq).map_err(|e| e.to_string())?;
+        w.out(&OutRecord {
+            binding: a.name.clone(),
+            seq,
+            id: format!("pair/{code}/0"),
+            chat: chat.clone(),
+            text: format!(
+                "This agent answers only people its owner has admitted. To be admitted, ask the owner to run:\n\nflytoctl channel_pair {code}"
+            ),
+            index: 0,
+            last: true,
+            plain: true,
+            created_ms: now,
+            reply_to: None,
+            state: OutState::Pending,
+        });
+    }
+    Ok(())
 }
 
 /// Sends pending chunks, oldest first, until the actor stops.
