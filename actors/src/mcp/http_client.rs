@@ -101,7 +101,7 @@ impl Client {
                 // request once more, kept raw.
                 match ask_again.send(&self.inner).await {
                     Ok(body) => {
-                        for message in raw_messages(&body) {
+                        for message in raw_messages(&body).await {
                             note_task_tools(message.as_bytes(), &self.task_tools);
                         }
                     }
@@ -159,25 +159,22 @@ impl RawPost {
 }
 
 /// The JSON-RPC messages of an answer body: the body itself when it is
-/// JSON, else the data of each server-sent event.
-fn raw_messages(body: &str) -> Vec<String> {
+/// JSON, else the data of each server-sent event (read by the SSE parser
+/// the model clients use).
+async fn raw_messages(body: &str) -> Vec<String> {
+    use eventsource_stream::Eventsource;
     let trimmed = body.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return vec![trimmed.to_string()];
     }
-    let mut messages = Vec::new();
-    let mut data = String::new();
-    for line in body.lines().chain(std::iter::once("")) {
-        if let Some(rest) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-        } else if line.is_empty() && !data.is_empty() {
-            messages.push(std::mem::take(&mut data));
-        }
-    }
-    messages
+    // The body has ended, so its last event is whole even when the server
+    // left out the blank line that ends it (a stream would drop it).
+    let bytes = format!("{body}\n\n").into_bytes();
+    futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) })
+        .eventsource()
+        .filter_map(|e| async move { e.ok().map(|e| e.data) })
+        .collect()
+        .await
 }
 
 /// Only same-origin 307 and 308 (which keep the method and the body), as
@@ -335,9 +332,9 @@ impl StreamableHttpClient for Client {
 mod tests {
     use super::*;
 
-    fn noted(body: &str) -> Vec<String> {
+    async fn noted(body: &str) -> Vec<String> {
         let tasks = TaskTools::default();
-        for m in raw_messages(body) {
+        for m in raw_messages(body).await {
             note_task_tools(m.as_bytes(), &tasks);
         }
         let mut names: Vec<String> = tasks.lock().unwrap().iter().cloned().collect();
@@ -347,21 +344,24 @@ mod tests {
 
     const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"research","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}]}}"#;
 
-    #[test]
-    fn a_json_tool_list_names_its_task_only_tools() {
-        assert_eq!(noted(LIST), ["research"]);
+    #[tokio::test]
+    async fn a_json_tool_list_names_its_task_only_tools() {
+        assert_eq!(noted(LIST).await, ["research"]);
     }
 
-    #[test]
-    fn a_tool_list_sent_as_server_sent_events_names_them_too() {
+    #[tokio::test]
+    async fn a_tool_list_sent_as_server_sent_events_names_them_too() {
         let body = format!(
             "event: message\nid: 7\ndata: {LIST}\n\n: keep-alive\n\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}}\n\n"
         );
-        assert_eq!(noted(&body), ["research"]);
+        assert_eq!(noted(&body).await, ["research"]);
         // Data over several lines is one message (joined by a line end,
         // here between two JSON tokens); a stream cut without the final
         // blank line still counts.
         let (head, tail) = LIST.split_at(LIST.find("\"result\"").unwrap());
-        assert_eq!(noted(&format!("data: {head}\ndata: {tail}")), ["research"]);
+        assert_eq!(
+            noted(&format!("data: {head}\ndata: {tail}")).await,
+            ["research"]
+        );
     }
 }
