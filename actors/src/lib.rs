@@ -14,6 +14,7 @@ pub mod durable;
 pub mod failpoint;
 pub mod hooks;
 pub mod jobs;
+pub mod kernel;
 pub mod llm;
 pub mod mcp;
 pub mod memory;
@@ -21,6 +22,7 @@ pub mod plans;
 pub mod session;
 pub mod skills;
 pub mod store;
+pub mod subrun;
 pub mod supervisor;
 pub mod tools;
 

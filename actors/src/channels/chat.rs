@@ -11,7 +11,7 @@ use super::store::{
     ChannelStore, ChatRecord, InboundRecord, OutRecord, OutState, TurnState, Write,
 };
 use crate::clock::Clock;
-use crate::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg};
+use crate::session::{ManagerMsg, SESSION_MANAGER, SessionMsg};
 use flyto_protocol::{BlockView, MessageView, SessionEvent};
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
@@ -97,8 +97,8 @@ pub async fn run(deps: ChatDeps, chat: String, mut rx: mpsc::Receiver<()>) {
 }
 
 fn manager() -> Result<ActorRef<ManagerMsg>, String> {
-    ractor::registry::where_is(SESSION_MANAGER_NAME.into())
-        .map(ActorRef::from)
+    SESSION_MANAGER
+        .find()
         .ok_or_else(|| "the session manager is not running; see the daemon log".to_string())
 }
 

@@ -17,7 +17,7 @@ use super::store::{
     BindingKind, BindingRecord, ChannelStore, OutRecord, OutState, TurnState, Write,
 };
 use crate::clock::Clock;
-use crate::plans::Reject;
+use crate::kernel::Reject;
 use flyto_protocol::{ChannelSpec, ChannelView, ErrorCode, PairingView};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 
-pub const CHANNELS_NAME: &str = "flyto.channels";
+pub const CHANNELS_NAME: &str = crate::kernel::names::CHANNELS;
+/// The channels manager, found by its name.
+pub const CHANNELS: crate::kernel::Name<ChannelsMsg> = crate::kernel::Name::new(CHANNELS_NAME);
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Finished messages and chunks are kept this long (for `channel_list`'s

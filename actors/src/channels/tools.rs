@@ -3,10 +3,9 @@
 //! result. It lives in this room because it talks to the ChannelManager
 //! (tools in `tools/` never touch actors).
 
-use super::manager::{CHANNELS_NAME, ChannelsMsg};
+use super::manager::{CHANNELS, ChannelsMsg};
 use crate::tools::builtin::parse_args;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
-use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -65,7 +64,7 @@ impl Tool for ChannelSend {
             if args.text.trim().is_empty() {
                 return ToolOutput::error("channel_send: `text` is empty: say what to send");
             }
-            let Some(cell) = ractor::registry::where_is(CHANNELS_NAME.into()) else {
+            let Some(channels) = CHANNELS.find() else {
                 return ToolOutput::error("the channels room is not running; see the daemon log");
             };
             let target = match &args.chat {
@@ -74,7 +73,6 @@ impl Tool for ChannelSend {
             };
             let n = self.sent.fetch_add(1, Ordering::Relaxed);
             let key = format!("push/{}/{n}", chrono::Utc::now().timestamp_millis());
-            let channels = ActorRef::<ChannelsMsg>::from(cell);
             let answer = channels
                 .call(
                     |reply| ChannelsMsg::Notify {

@@ -14,19 +14,19 @@
 //! breaker is not running: a missing breaker must never stop a session.
 
 use crate::clock::Clock;
-use crate::plans::Reject;
+use crate::kernel::Reject;
 use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
 use flyto_protocol::{BreakerView, ErrorCode};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const BREAKER_NAME: &str = "flyto.breaker";
+pub const BREAKER_NAME: &str = crate::kernel::names::BREAKER;
+/// The breaker, found by its name.
+pub const BREAKER: crate::kernel::Name<BreakerMsg> = crate::kernel::Name::new(BREAKER_NAME);
 /// Consecutive failures that open the breaker.
 pub const OPEN_AFTER: u32 = 3;
 /// How long an open breaker stays open before it allows one trial.
@@ -42,16 +42,7 @@ const FORMAT_VERSION: u32 = 1;
 /// How long the free helpers wait for the actor before answering "closed".
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A project's id: the first 16 hex characters of the sha256 of its
-/// workdir.
-pub fn project_id(workdir: &str) -> String {
-    let digest = Sha256::digest(workdir.as_bytes());
-    let mut out = String::with_capacity(16);
-    for b in digest.iter().take(8) {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
+pub use crate::kernel::ids::project_id;
 
 /// Whether a compaction may run now.
 #[derive(Debug, Clone, PartialEq, Eq)]

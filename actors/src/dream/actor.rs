@@ -8,9 +8,9 @@
 
 use super::record::{Gate, Lease, ProjectDir, ProjectState, RunRecord, run_number};
 use super::run::{RunArgs, RunCtx};
-use super::{DREAM_NAME, DreamConfig, backoff};
+use super::{DreamConfig, backoff};
+use crate::kernel::Reject;
 use crate::memory::versions::{Layout, VersionMeta};
-use crate::plans::Reject;
 use flyto_protocol::ErrorCode;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,8 @@ const CHECKS_KEPT: usize = 8;
 
 /// Tells the dream room that `session` in `workdir` got a new message.
 pub fn activity(workdir: &str, session: u64, at_ms: u64) {
-    if let Some(cell) = ractor::registry::where_is(DREAM_NAME.into()) {
-        let _ = ActorRef::<DreamMsg>::from(cell).cast(DreamMsg::Activity {
+    if let Some(dream) = super::DREAM.find() {
+        let _ = dream.cast(DreamMsg::Activity {
             workdir: workdir.into(),
             session,
             at_ms,

@@ -28,7 +28,9 @@ pub mod validate;
 use std::time::Duration;
 pub use validate::LossCap;
 
-pub const DREAM_NAME: &str = "flyto.dream";
+pub const DREAM_NAME: &str = crate::kernel::names::DREAM;
+/// The dream actor, found by its name.
+pub const DREAM: crate::kernel::Name<actor::DreamMsg> = crate::kernel::Name::new(DREAM_NAME);
 
 /// `[dream]` in the config.
 #[derive(Debug, Clone, PartialEq)]

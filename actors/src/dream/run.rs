@@ -15,7 +15,7 @@ use crate::memory::store::{INDEX, ScopeDir};
 use crate::memory::versions::{VersionMeta, read_files};
 use crate::memory::{Memory, MemoryError};
 use crate::session::store::SessionStore;
-use crate::session::subrun::{self, SubRun};
+use crate::subrun::{self, SubRun};
 use crate::tools::ToolContext;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

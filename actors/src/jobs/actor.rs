@@ -16,8 +16,9 @@ use super::model::{
 };
 use super::schedule::{Schedule, machine_zone};
 use crate::clock::Clock;
+use crate::kernel::Reject;
 use crate::plans::reader::PlanLookup;
-use crate::plans::{Reject, SCHEDULER_NAME, SchedulerMsg};
+use crate::plans::{SCHEDULER, SchedulerMsg};
 use chrono::{DateTime, Utc};
 use flyto_protocol::{ErrorCode, FireView, JobSpec, JobView, PlanState};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -25,7 +26,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const JOBS_NAME: &str = "flyto.jobs";
+pub const JOBS_NAME: &str = crate::kernel::names::JOBS;
+/// The jobs actor, found by its name.
+pub const JOBS: crate::kernel::Name<JobsMsg> = crate::kernel::Name::new(JOBS_NAME);
 /// The longest the actor sleeps, however far the next fire is.
 pub const WAKE_AT_LEAST: Duration = Duration::from_secs(30);
 /// A due instant older than this when the actor gets to it is missed.
@@ -622,9 +625,7 @@ impl JobsState {
             let result = async {
                 store.synced().await.map_err(|r| r.message)?;
                 crate::failpoint::reached("job-before-submit");
-                let cell = ractor::registry::where_is(SCHEDULER_NAME.into())
-                    .ok_or("the scheduler is not running")?;
-                let scheduler = ActorRef::<SchedulerMsg>::from(cell);
+                let scheduler = SCHEDULER.find().ok_or("the scheduler is not running")?;
                 let answer = scheduler
                     .call(
                         |reply| SchedulerMsg::Submit {
@@ -1079,11 +1080,10 @@ fn live_of(snap: &JobSnapshot) -> Option<Live> {
 /// not up (or did not answer): try again later. A refusal (no such
 /// binding) is final and logged.
 async fn deliver(n: &PendingNotify) -> bool {
-    use crate::channels::manager::{CHANNELS_NAME, ChannelsMsg};
-    let Some(cell) = ractor::registry::where_is(CHANNELS_NAME.into()) else {
+    use crate::channels::manager::{CHANNELS, ChannelsMsg};
+    let Some(channels) = CHANNELS.find() else {
         return false;
     };
-    let channels = ActorRef::<ChannelsMsg>::from(cell);
     let answer = channels
         .call(
             |reply| ChannelsMsg::Notify {
@@ -1406,8 +1406,7 @@ mod tests {
     use super::*;
     use crate::clock::{ManualClock, SystemClock};
     use crate::jobs::model::SledJobStore;
-    use crate::plans::reader::PlanReader;
-    use crate::plans::store::SledPlanStore;
+    use crate::plans::store::{SledPlanStore, SledPlans};
     use crate::store::Store;
 
     const T0: u64 = 1_780_000_000_000;
@@ -1417,12 +1416,12 @@ mod tests {
         dir: &std::path::Path,
     ) -> (ActorRef<JobsMsg>, SledJobStore) {
         let store = Store::open(&dir.join("db"), 8 << 20).unwrap();
-        let plans: Arc<dyn crate::plans::PlanStore> =
+        let plans: Arc<dyn crate::plans::PlanRecords> =
             Arc::new(SledPlanStore::open(store.clone()).unwrap());
         let job_store = SledJobStore::open(store).unwrap();
         let args = JobsArgs {
             store: Arc::new(job_store.clone()),
-            reader: Arc::new(PlanReader::new(plans, dir.join("logs"))),
+            reader: Arc::new(SledPlans::new(plans, dir.join("logs"))),
             clock: Arc::new(clock.clone()),
             retry_backoff: default_retry_backoff(),
             hooks: None,

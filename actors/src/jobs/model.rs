@@ -8,7 +8,7 @@
 //! resubmits the same plan under the same key and the scheduler answers
 //! the plan it already has: one plan per instant.
 
-use crate::plans::{AnswerFut, Reject};
+use crate::kernel::{AnswerFut, Reject};
 use crate::store::postgres::listen::Wake;
 use crate::store::{Batch, Store, StoreError, decode_record, encode_record};
 use flyto_protocol::PlanSpec;
@@ -162,13 +162,7 @@ pub fn decode_notify(
     })
 }
 
-pub fn format_id(id: u64) -> String {
-    format!("j{id}")
-}
-
-pub fn parse_id(s: &str) -> Option<u64> {
-    s.strip_prefix('j')?.parse().ok()
-}
+pub use crate::kernel::ids::job::{format as format_id, parse as parse_id};
 
 /// The idempotency key of a fire's plan; the plans room recognises a
 /// job's run by it (`plans::model::job_of_key`).

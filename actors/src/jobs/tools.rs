@@ -5,16 +5,16 @@
 //! A run started by a job (its tools see `FLYTO_JOB`) is not offered them
 //! and a call is refused: a job must not breed or edit jobs unattended.
 
-use super::actor::{JOBS_NAME, JobsMsg};
+use super::actor::{JOBS, JobsMsg};
 use super::schedule::Schedule;
 use crate::clock::Clock;
-use crate::plans::Reject;
+use crate::kernel::Reject;
 use crate::tools::builtin::parse_args;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use chrono::{DateTime, Utc};
 use flyto_protocol::{JobSpec, JobView};
+use ractor::RpcReplyPort;
 use ractor::rpc::CallResult;
-use ractor::{ActorRef, RpcReplyPort};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,10 +71,9 @@ fn prepare<T: serde::de::DeserializeOwned>(
 async fn ask<T: Send + 'static>(
     build: impl FnOnce(RpcReplyPort<Result<T, Reject>>) -> JobsMsg,
 ) -> Result<T, String> {
-    let cell = ractor::registry::where_is(JOBS_NAME.into()).ok_or(
+    let jobs = JOBS.find().ok_or(
         "the jobs scheduler is not running; see the daemon log (`journalctl --user -u flytod`)",
     )?;
-    let jobs: ActorRef<JobsMsg> = cell.into();
     match jobs.call(build, Some(Duration::from_secs(30))).await {
         Ok(CallResult::Success(Ok(v))) => Ok(v),
         Ok(CallResult::Success(Err(r))) => Err(r.message),

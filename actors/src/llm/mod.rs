@@ -87,7 +87,7 @@
 //! - Tool-call ids in an [`Assembled`] are the provider's (a missing one is
 //!   made up) and need not be unique: some servers send `call_0` for every
 //!   call. The session gives each call an id of its own before storing it
-//!   (`session::normalize::CallIds`); requests send the stored ids.
+//!   (`llm::normalize::CallIds`); requests send the stored ids.
 //!
 //! Anthropic `redacted_thinking` blocks are kept opaque and sent back
 //! unchanged to Anthropic; other providers never see them.
@@ -98,6 +98,7 @@ mod config;
 mod conversation;
 mod error;
 mod event;
+pub mod normalize;
 mod openai;
 mod retry;
 mod stream;

@@ -10,7 +10,7 @@
 use super::config::ServerSpec;
 use super::conn::{self, Connected, Handler, Host};
 use super::tool::{LastUse, McpTool, Slot, check_schema, model_name};
-use crate::plans::Reject;
+use crate::kernel::Reject;
 use crate::tools::Tool;
 use flyto_protocol::{ErrorCode, McpServerView, McpToolView};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -23,7 +23,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub const MCP_NAME: &str = "mcp";
+pub const MCP_NAME: &str = crate::kernel::names::MCP;
+/// The MCP manager, found by its name.
+pub const MCP: crate::kernel::Name<McpMsg> = crate::kernel::Name::new(MCP_NAME);
 
 /// How often idle servers are looked for (at most).
 const IDLE_CHECK: Duration = Duration::from_secs(15);
@@ -209,7 +211,7 @@ fn no_answer(e: impl std::fmt::Display) -> Reject {
 }
 
 fn actor() -> Option<ActorRef<McpMsg>> {
-    ractor::registry::where_is(MCP_NAME.into()).map(ActorRef::from)
+    MCP.find()
 }
 
 pub enum McpMsg {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const MEMORY_MANAGER_NAME: &str = "flyto.memory";
+pub const MEMORY_MANAGER_NAME: &str = crate::kernel::names::MEMORY;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ScopeKey {

@@ -13,7 +13,7 @@
 use super::Memory;
 use crate::clock::Clock;
 use crate::llm::{Block, LlmClient, Message, Models, Role};
-use crate::session::subrun::{self, SubRun, SubRunOutcome};
+use crate::subrun::{self, SubRun, SubRunOutcome};
 use crate::tools::{Registry, ToolContext};
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -2,10 +2,9 @@
 //! the named one) through the session room's actor messages, followed to
 //! the end of its run. Cancel and timeout cancel the session's run.
 
-use crate::session::{ManagerMsg, SESSION_MANAGER_NAME, SessionMsg};
+use crate::session::{ManagerMsg, SESSION_MANAGER, SessionMsg};
 use crate::tools::process::{CancelReason, Exit, Outcome};
 use flyto_protocol::SessionEvent;
-use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -44,10 +43,9 @@ pub async fn run(
     mut cancel: oneshot::Receiver<CancelReason>,
     tail_max: usize,
 ) -> Outcome {
-    let Some(cell) = ractor::registry::where_is(SESSION_MANAGER_NAME.into()) else {
+    let Some(manager) = SESSION_MANAGER.find() else {
         return failed("the session manager is not running; see the daemon log".into());
     };
-    let manager: ActorRef<ManagerMsg> = cell.into();
     let name = step
         .session
         .clone()

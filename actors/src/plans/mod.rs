@@ -2,8 +2,10 @@
 //! persisted transitions, durable acks, recovery after a crash, cancel and
 //! the TTL sweep, restart and remove. It runs `run` steps through
 //! `tools::process`. Child plans of a running chain get a slot per level
-//! beyond `max_parallel_plans`; the read side (`reader.rs`) answers what a
-//! pending plan waits for and its queue position, and resolves names.
+//! beyond `max_parallel_plans`. Plans are kept behind one trait
+//! (`store/`: `PlanStore`, a sled and a PostgreSQL backend side by side);
+//! the read side (`reader.rs`) answers through it what a pending plan
+//! waits for and its queue position, and resolves names.
 //!
 //! **Invariant**: the scheduler never reports a state it has not persisted
 //! and synced: replies and published views are sent from `after_sync`
@@ -16,20 +18,23 @@ pub mod model;
 pub mod reader;
 pub mod scheduler;
 pub mod shared;
-pub mod shared_reader;
 pub mod shared_scheduler;
 pub mod store;
 pub mod validate;
 
 pub use reader::PlanReader;
 pub use scheduler::{EarlyReply, SchedulerActor, SchedulerArgs, SchedulerMsg};
-pub use store::{PlanStore, SledPlanStore};
+pub use store::{
+    PgPlans, PlanChanges, PlanCounts, PlanRecords, PlanStore, SledPlanStore, SledPlans,
+};
 
-use flyto_protocol::ErrorCode;
+pub use crate::kernel::{AnswerFut, NoPlanSockets, PlanSockets, Reject};
 use std::time::Duration;
 
 /// Registry name of the scheduler actor; a restarted one takes it over.
-pub const SCHEDULER_NAME: &str = "flyto.scheduler";
+pub const SCHEDULER_NAME: &str = crate::kernel::names::SCHEDULER;
+/// The scheduler, found by its name.
+pub const SCHEDULER: crate::kernel::Name<SchedulerMsg> = crate::kernel::Name::new(SCHEDULER_NAME);
 
 #[derive(Debug, Clone)]
 pub struct PlanConfig {
@@ -84,111 +89,6 @@ pub struct Origin {
     pub depth: u32,
     /// The submitter's confinement, which its plan's steps keep.
     pub sandbox: Option<crate::tools::sandbox::SandboxSpec>,
-}
-
-/// Per-scope plan sockets, opened by the daemon (the only part that knows
-/// sockets): the path a child of `key` (a plan or session id) gets as
-/// `FLYTO_PLAN_SOCK`. It serves plan requests only, sees only plans of
-/// `chain`, and submits at `depth + 1`.
-pub trait PlanSockets: Send + Sync + 'static {
-    /// The socket's path, or `None` when it could not be opened. Plans
-    /// submitted through it are confined by at least `sandbox`.
-    fn open(
-        &self,
-        key: &str,
-        chain: &str,
-        depth: u32,
-        sandbox: Option<crate::tools::sandbox::SandboxSpec>,
-    ) -> Option<String>;
-    fn close(&self, key: &str);
-}
-
-/// No scoped sockets: children get the control socket (tests, tools).
-pub struct NoPlanSockets;
-
-impl PlanSockets for NoPlanSockets {
-    fn open(
-        &self,
-        _key: &str,
-        _chain: &str,
-        _depth: u32,
-        _sandbox: Option<crate::tools::sandbox::SandboxSpec>,
-    ) -> Option<String> {
-        None
-    }
-    fn close(&self, _key: &str) {}
-}
-
-/// A boxed future of a store's answer: the store may be this node's disk
-/// or a database other nodes share, behind one trait.
-pub type AnswerFut<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Reject>> + Send + 'a>>;
-
-/// A refused request: the code and a sentence the user can act on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reject {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-/// A store's error as the client sees it: the shared database away is
-/// `Unavailable` (worth a retry), a write another node's claim or name
-/// stood in the way of is a `Conflict`, anything else `Internal`.
-impl From<crate::store::StoreError> for Reject {
-    fn from(e: crate::store::StoreError) -> Reject {
-        use crate::store::StoreError;
-        match e {
-            StoreError::Database(m) => Reject::new(
-                ErrorCode::Unavailable,
-                format!("{m}; retry once PostgreSQL is reachable again"),
-            ),
-            StoreError::Conflict(m) => Reject::new(ErrorCode::Conflict, m),
-            e => Reject::internal(e),
-        }
-    }
-}
-
-impl std::fmt::Display for Reject {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl Reject {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Reject {
-            code,
-            message: message.into(),
-        }
-    }
-    pub fn internal(e: impl std::fmt::Display) -> Self {
-        Reject::new(ErrorCode::Internal, e.to_string())
-    }
-    /// At most this many of the plans sharing a name are listed.
-    pub const NAMES_SHOWN: usize = 10;
-
-    /// `total` plans are named `key`; `named` lists the first of them.
-    pub fn ambiguous(key: &str, total: usize, mut named: Vec<String>) -> Self {
-        if total > named.len() {
-            named.push(format!("and {} more", total - named.len()));
-        }
-        Reject::new(
-            ErrorCode::BadRequest,
-            format!(
-                "{total} plans are named `{key}`: {}; give the id of the one you mean",
-                named.join(", ")
-            ),
-        )
-    }
-
-    pub fn not_found(id: &str) -> Self {
-        Reject::new(
-            ErrorCode::NotFound,
-            format!(
-                "no plan `{id}`: it may have expired after plans.plan_ttl; `flytoctl plan_list` shows the plans that exist"
-            ),
-        )
-    }
 }
 
 /// The `job_fired` and `plan_finished` hooks, and the place (workdir,

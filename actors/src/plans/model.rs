@@ -329,13 +329,7 @@ impl From<StepRecordV2> for StepRecord {
 }
 
 /// Plan ids are `p<number>`; numbers grow with submission order.
-pub fn format_id(id: u64) -> String {
-    format!("p{id}")
-}
-
-pub fn parse_id(s: &str) -> Option<u64> {
-    s.strip_prefix('p').unwrap_or(s).parse().ok()
-}
+pub use crate::kernel::ids::plan::{format as format_id, parse as parse_id};
 
 /// The job (`j<N>`) whose fire submitted the plan with idempotency key
 /// `key` (the jobs room's `fire_key` and `attempt_key` write them:

@@ -7,8 +7,8 @@ use super::approval::{Approvals, ApproverGuard};
 use super::model::{ExtractionRecord, SessionRecord, SessionStatus, format_id, message_view};
 use super::run::{self, Emitter};
 use super::store::Claim;
+use crate::kernel::Reject;
 use crate::llm::{Block, Message, Role};
-use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionEvent, SessionView};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
@@ -925,7 +925,9 @@ impl SessionState {
             .store
             .save(&self.rec, &messages, false)
             .map_err(Reject::from)?;
-        crate::dream::actor::activity(&self.rec.workdir, self.rec.id, self.rec.updated_ms);
+        if let Some(tell) = &self.deps.on_activity {
+            tell(&self.rec.workdir, self.rec.id, self.rec.updated_ms);
+        }
         Ok(self.begin(run::Mode::Chat, job, myself))
     }
 

@@ -8,15 +8,18 @@ use super::model::{
     SessionRecord, SessionSandbox, SessionStatus, format_id, message_view, parse_id,
 };
 use super::store::Claim;
+use crate::kernel::Reject;
 use crate::llm::Usage;
-use crate::plans::Reject;
 use flyto_protocol::{ErrorCode, MessageView, SessionView};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub const SESSION_MANAGER_NAME: &str = "flyto.sessions";
+pub const SESSION_MANAGER_NAME: &str = crate::kernel::names::SESSIONS;
+/// The session manager, found by its name.
+pub const SESSION_MANAGER: crate::kernel::Name<ManagerMsg> =
+    crate::kernel::Name::new(SESSION_MANAGER_NAME);
 
 pub enum ManagerMsg {
     New {

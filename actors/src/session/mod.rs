@@ -23,22 +23,20 @@ pub mod context;
 pub mod follow;
 pub mod manager;
 pub mod model;
-pub mod normalize;
 pub mod orchestrator;
 pub mod run;
 pub mod shared;
 pub mod store;
 pub mod subagent;
-pub mod subrun;
 
 pub use actor::{SessionActor, SessionMsg, Subscription};
-pub use manager::{ManagerMsg, SESSION_MANAGER_NAME, SessionManager};
+pub use manager::{ManagerMsg, SESSION_MANAGER, SESSION_MANAGER_NAME, SessionManager};
 pub use model::SessionSandbox;
 pub use store::{SessionStore, SledSessionStore};
 
 use crate::clock::Clock;
+use crate::kernel::PlanSockets;
 use crate::llm::{LlmClient, LlmError, Models, Route};
-use crate::plans::PlanSockets;
 use crate::tools::Registry;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -122,7 +120,14 @@ pub struct SessionDeps {
     pub hooks: Arc<crate::hooks::Hooks>,
     /// MCP servers' tools; `None`: no MCP room.
     pub mcp: Option<crate::mcp::McpHandle>,
+    /// Told of each message a session takes (workdir, session, at ms):
+    /// dream counts sessions per project by it. The daemon wires it, so
+    /// this room never reaches into dream.
+    pub on_activity: Option<OnActivity>,
 }
+
+/// See [`SessionDeps::on_activity`].
+pub type OnActivity = Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
 
 impl SessionDeps {
     pub fn config(&self) -> SessionConfig {
@@ -159,7 +164,7 @@ pub fn route_for(models: &Models, model: &str) -> Result<Route, LlmError> {
 /// most a minute: its refusal comes back as its message.
 pub async fn ask<M: Send + 'static, T: Send + 'static>(
     actor: &ractor::ActorRef<M>,
-    build: impl FnOnce(ractor::RpcReplyPort<Result<T, crate::plans::Reject>>) -> M,
+    build: impl FnOnce(ractor::RpcReplyPort<Result<T, crate::kernel::Reject>>) -> M,
 ) -> Result<T, String> {
     match actor
         .call(build, Some(std::time::Duration::from_secs(60)))

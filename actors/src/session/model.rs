@@ -323,13 +323,7 @@ impl From<SessionRecordV1> for SessionRecord {
 }
 
 /// Session ids are `s<number>`.
-pub fn format_id(id: u64) -> String {
-    format!("s{id}")
-}
-
-pub fn parse_id(s: &str) -> Option<u64> {
-    s.strip_prefix('s')?.parse().ok()
-}
+pub use crate::kernel::ids::session::{format as format_id, parse as parse_id};
 
 impl SessionRecord {
     /// The context budget under `budget` (None when the model is unknown).

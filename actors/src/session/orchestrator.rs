@@ -25,9 +25,8 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Characters of a tool output the model gets; longer outputs keep their
-/// head and tail around a note saying how much was cut.
-pub const MODEL_OUTPUT_LIMIT: usize = 16_000;
+pub use crate::tools::model_output::{MODEL_OUTPUT_LIMIT, truncate_for_model};
+
 /// Characters of a tool output shown in events.
 pub const PREVIEW_CHARS: usize = 400;
 /// Safe calls running at once. Reads are cheap but each may hold files and
@@ -307,40 +306,6 @@ fn cancelled(
     }
 }
 
-fn cut_note(cut: usize) -> String {
-    format!("\n\n[... {cut} characters cut here ...]\n\n")
-}
-
-/// Shortens `content` to at most [`MODEL_OUTPUT_LIMIT`] chars (note
-/// included) by cutting the middle: the start of an output says what it is
-/// and the end usually says how it ended (errors, exit status), so both are
-/// kept. Returns the text and how many chars were cut.
-pub fn truncate_for_model(content: String) -> (String, usize) {
-    let total = content.chars().count();
-    if total <= MODEL_OUTPUT_LIMIT {
-        return (content, 0);
-    }
-    // The note for `total` is at least as long as the real one, so the
-    // result never exceeds the limit.
-    let keep = MODEL_OUTPUT_LIMIT.saturating_sub(cut_note(total).chars().count());
-    let head = keep / 2;
-    let tail = keep - head;
-    let cut = total - keep;
-    let byte_at = |chars: usize| {
-        content
-            .char_indices()
-            .nth(chars)
-            .map_or(content.len(), |(i, _)| i)
-    };
-    let head_end = byte_at(head);
-    let tail_start = byte_at(total - tail);
-    let mut out = String::with_capacity(head_end + (content.len() - tail_start) + 64);
-    out.push_str(content.get(..head_end).unwrap_or_default());
-    out.push_str(&cut_note(cut));
-    out.push_str(content.get(tail_start..).unwrap_or_default());
-    (out, cut)
-}
-
 /// At most [`PREVIEW_CHARS`] chars of `content`, ending in `…` when cut.
 pub fn preview(content: &str) -> String {
     let mut chars = content.char_indices();
@@ -361,6 +326,7 @@ pub fn preview(content: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::model_output::cut_note;
     use crate::tools::{Tool, ToolFuture};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -747,23 +713,6 @@ mod tests {
         assert_eq!(previews.len(), 1);
         assert_eq!(previews[0].chars().count(), PREVIEW_CHARS);
         assert!(previews[0].ends_with('…'));
-    }
-
-    #[test]
-    fn truncation_boundaries_and_multibyte_text() {
-        let exact = "é".repeat(MODEL_OUTPUT_LIMIT);
-        assert_eq!(truncate_for_model(exact.clone()), (exact, 0));
-        let over = "é".repeat(MODEL_OUTPUT_LIMIT + 1);
-        let (text, cut) = truncate_for_model(over);
-        let kept = text.chars().count() - cut_note(cut).len();
-        assert!(text.chars().count() <= MODEL_OUTPUT_LIMIT);
-        assert_eq!(kept + cut, MODEL_OUTPUT_LIMIT + 1);
-        assert!(text.starts_with('é') && text.ends_with('é'));
-        let huge = format!("HEAD{}TAIL", "ß".repeat(1_000_000));
-        let (text, cut) = truncate_for_model(huge);
-        assert!(text.starts_with("HEAD") && text.ends_with("TAIL"));
-        assert!(text.chars().count() <= MODEL_OUTPUT_LIMIT);
-        assert_eq!(text.chars().count() - cut_note(cut).len() + cut, 1_000_008);
     }
 
     #[test]

@@ -7,10 +7,10 @@ use super::SessionDeps;
 use super::approval::{Approvals, RunApprover};
 use super::context::{self, Check, Checked};
 use super::model::{SessionRecord, SessionStatus, format_id};
-use super::normalize::{CallIds, normalize};
 use super::orchestrator::{OrchestratorEvent, run_calls};
 use super::subagent::{AGENT_TOOL, AgentTool, Parent};
 use crate::hooks::{HookEnv, HookEvent, Hooks};
+use crate::llm::normalize::{CallIds, normalize};
 use crate::llm::{
     Assembled, Block, ChatRequest, LlmError, Message, Role, StopReason, StreamEvent, ToolSpec,
 };

@@ -576,9 +576,9 @@ pub async fn import(
         if rec.chain == format_id(old) {
             rec.chain = format_id(id);
         } else if let Some(new) =
-            crate::plans::model::parse_id(&rec.chain).and_then(|p| plans.get(&p))
+            crate::kernel::ids::plan::parse(&rec.chain).and_then(|p| plans.get(&p))
         {
-            rec.chain = crate::plans::model::format_id(*new);
+            rec.chain = crate::kernel::ids::plan::format(*new);
         }
         let name_dropped = drop_taken_name(&tx, "flyto_sessions", &mut rec.name)
             .await

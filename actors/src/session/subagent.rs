@@ -8,7 +8,7 @@
 
 use super::manager::{ChildOf, ManagerMsg};
 use super::run::AgentLimits;
-use super::{SESSION_MANAGER_NAME, SessionDeps, SessionMsg, SessionSandbox, ask};
+use super::{SESSION_MANAGER, SessionDeps, SessionMsg, SessionSandbox, ask};
 use crate::llm::{Block, Message, Role};
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use flyto_protocol::SessionEvent;
@@ -122,9 +122,9 @@ impl AgentTool {
                     .into(),
             );
         }
-        let manager: ActorRef<ManagerMsg> = ractor::registry::where_is(SESSION_MANAGER_NAME.into())
-            .ok_or("the session room is not running; see the daemon log")?
-            .into();
+        let manager = SESSION_MANAGER
+            .find()
+            .ok_or("the session room is not running; see the daemon log")?;
         let p = &self.parent;
         let id = ask(&manager, |reply| ManagerMsg::Child {
             workdir: p.workdir.clone(),

@@ -85,6 +85,24 @@ pub enum StoreError {
     Conflict(String),
 }
 
+/// A store's error as the client sees it: the shared database away is
+/// `Unavailable` (worth a retry), a write another node's claim or name
+/// stood in the way of is a `Conflict`, anything else `Internal`.
+impl From<StoreError> for crate::kernel::Reject {
+    fn from(e: StoreError) -> crate::kernel::Reject {
+        use crate::kernel::Reject;
+        use flyto_protocol::ErrorCode;
+        match e {
+            StoreError::Database(m) => Reject::new(
+                ErrorCode::Unavailable,
+                format!("{m}; retry once PostgreSQL is reachable again"),
+            ),
+            StoreError::Conflict(m) => Reject::new(ErrorCode::Conflict, m),
+            e => Reject::internal(e),
+        }
+    }
+}
+
 /// A continuation run after a durable sync, with its outcome.
 pub type AfterSync = Box<dyn FnOnce(Result<(), Arc<StoreError>>) + Send>;
 

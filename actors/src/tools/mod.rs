@@ -20,6 +20,7 @@ pub mod glob;
 pub mod grep;
 pub mod inline_code;
 pub mod leftovers;
+pub mod model_output;
 pub mod policy;
 pub mod process;
 pub mod read;

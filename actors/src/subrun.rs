@@ -5,9 +5,12 @@
 //! caller records the outcome. Tool calls run one after another, since
 //! background work is never in a hurry; cancel drops the model call and
 //! fires the tools' token.
+//!
+//! It uses only `llm` and `tools` and may not touch sessions, memory or
+//! dream: they all run it, so it sits on the floor below them.
 
-use super::orchestrator::truncate_for_model;
 use crate::llm::{Block, ChatRequest, LlmClient, Message, Role, Route, ToolSpec, Usage};
+use crate::tools::model_output::truncate_for_model;
 use crate::tools::{Registry, ToolContext, ToolOutput};
 use std::time::Duration;
 
@@ -104,7 +107,7 @@ async fn turns(llm: &LlmClient, route: &Route, sub: &SubRun, out: &mut SubRunOut
     let tools = specs(&sub.tools, &sub.ctx);
     let mut messages = vec![Message::user_text(sub.task.clone())];
     // Each result must name its own call even when the server reuses ids.
-    let mut call_ids = super::normalize::CallIds::default();
+    let mut call_ids = crate::llm::normalize::CallIds::default();
     loop {
         if out.model_calls >= sub.max_calls {
             out.end = SubRunEnd::OutOfCalls;
