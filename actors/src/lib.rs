@@ -12,6 +12,8 @@ pub mod compaction;
 pub mod dream;
 pub mod durable;
 pub mod failpoint;
+#[cfg(test)]
+mod floors;
 pub mod hooks;
 pub mod jobs;
 pub mod kernel;
