@@ -48,7 +48,7 @@ use flyto_actors::memory::{MEMORY_MANAGER_NAME, Memory, MemoryArgs, MemoryManage
 use flyto_actors::plans::PlanSockets;
 use flyto_actors::plans::{
     PlanConfig, PlanReader, SCHEDULER_NAME, SchedulerActor, SchedulerArgs, SchedulerMsg,
-    SledPlanStore,
+    SledPlanStore, SledPlans,
 };
 use flyto_actors::session::{
     ManagerMsg, SESSION_MANAGER_NAME, SessionDeps, SessionManager, SledSessionStore,
@@ -157,7 +157,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
         })?;
         let store = Store::open(&state_dir.join("db"), 64 * 1024 * 1024)?;
         let plans = SledPlanStore::open(store.clone())?;
-        let records = flyto_actors::plans::PlanStore::list(&plans, None, usize::MAX)
+        let records = flyto_actors::plans::PlanRecords::list(&plans, None, usize::MAX)
             .context("cannot read the plans of the sled store")?;
         let jobs = sled_jobs(store.clone()).context("cannot read the jobs of the sled store")?;
         let sessions =
@@ -389,7 +389,7 @@ fn clock_ms() -> u64 {
 /// name: it answers the same requests, and its runner claims this node's
 /// share of the steps.
 fn shared_scheduler_spec(
-    reader: &flyto_actors::plans::shared_reader::SharedReader,
+    reader: &flyto_actors::plans::PgPlans,
     node: &str,
     plan_config: &Arc<RwLock<PlanConfig>>,
     clock: &Arc<dyn Clock>,
@@ -594,9 +594,9 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     // One clock for every actor, so they agree on what time it is.
     let clock = clock_from_env()?;
     let store = Store::open(&state_dir.join("db"), config.daemon.cache_mb * 1024 * 1024)?;
-    let plan_store: Arc<dyn flyto_actors::plans::PlanStore> =
+    let plan_store: Arc<dyn flyto_actors::plans::PlanRecords> =
         Arc::new(SledPlanStore::open(store.clone())?);
-    let reader = PlanReader::new(plan_store, state_dir.join("logs"));
+    let reader = SledPlans::new(plan_store, state_dir.join("logs"));
     let plan_config = Arc::new(RwLock::new(config.plan_config(&socket_path)));
     let restarts = Arc::new(AtomicU64::new(0));
 
@@ -624,7 +624,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             },
         ),
         None => (
-            plan_reads::PlanReads::Local(reader.clone()),
+            plan_reads::PlanReads::Open(PlanReader::new(Arc::new(reader.clone()))),
             plan_reads::StoreInfo {
                 describe: format!("sled at {}", state_dir.join("db").display()),
                 shared: None,
@@ -723,7 +723,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             ],
             Duration::from_secs(60),
         );
-        flyto_actors::plans::shared_reader::SharedReader {
+        flyto_actors::plans::PgPlans {
             shared: j.shared.clone(),
             listener: Arc::new(listener),
             log_dir: shared_log_dir(&state_dir),
@@ -759,7 +759,8 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     if let Some(r) = &shared_reader
         && let (Ok(mut plans), Ok(mut store)) = (ctx.plans.write(), ctx.store.write())
     {
-        *plans = Arc::new(plan_reads::PlanReads::Shared(Box::new(r.clone())));
+        let reader = PlanReader::new(Arc::new(r.clone()));
+        *plans = Arc::new(plan_reads::PlanReads::Open(reader));
         *store = Arc::new(store_info);
     }
 

@@ -1,16 +1,12 @@
-//! Where the server reads plans: the one-machine scheduler's published
-//! views and sled store, or the shared store. Only the answers' source
-//! differs; the requests and their answers are the same.
+//! Where the server reads plans: the reader over the plan store the
+//! daemon opened (this node's sled store, or the shared store), or none
+//! yet while the shared store is being joined.
 
-use flyto_actors::plans::reader::PlanCounts;
-use flyto_actors::plans::shared_reader::{SharedReader, SharedWatch};
-use flyto_actors::plans::{PlanReader, Reject};
+use flyto_actors::plans::{PlanChanges, PlanCounts, PlanReader, Reject};
 use flyto_protocol::{PlanState, PlanSummary, PlanView};
-use tokio::sync::watch;
 
 pub enum PlanReads {
-    Local(PlanReader),
-    Shared(Box<SharedReader>),
+    Open(PlanReader),
     /// The shared store is not joined yet (flytod is starting).
     Joining,
 }
@@ -22,52 +18,28 @@ pub fn joining() -> Reject {
     )
 }
 
-/// A plan's next views.
-pub enum PlanChanges {
-    Local(watch::Receiver<PlanView>),
-    Shared(Box<SharedWatch>),
-}
-
-impl PlanChanges {
-    /// The next view; `None` once the source has no more (the plan left
-    /// the live set or is gone).
-    pub async fn next(&mut self) -> Option<PlanView> {
-        match self {
-            PlanChanges::Local(rx) => match rx.changed().await {
-                Ok(()) => Some(rx.borrow_and_update().clone()),
-                Err(_) => None,
-            },
-            PlanChanges::Shared(w) => w.next().await,
-        }
-    }
-}
-
 impl PlanReads {
-    pub async fn status(&self, id: &str) -> Result<PlanView, Reject> {
+    fn open(&self) -> Result<&PlanReader, Reject> {
         match self {
-            PlanReads::Local(r) => r.status(id),
-            PlanReads::Shared(r) => r.status(id).await,
+            PlanReads::Open(r) => Ok(r),
             PlanReads::Joining => Err(joining()),
         }
+    }
+
+    pub async fn status(&self, id: &str) -> Result<PlanView, Reject> {
+        self.open()?.status(id).await
     }
 
     pub async fn watch(&self, id: &str) -> Result<(PlanView, Option<PlanChanges>), Reject> {
-        match self {
-            PlanReads::Local(r) => r.watch(id).map(|(v, rx)| (v, rx.map(PlanChanges::Local))),
-            PlanReads::Shared(r) => r
-                .watch(id)
-                .await
-                .map(|(v, w)| (v, w.map(|w| PlanChanges::Shared(Box::new(w))))),
-            PlanReads::Joining => Err(joining()),
-        }
+        self.open()?.watch(id).await
     }
 
     /// Fills in where a pending plan stands (the shared store's views
     /// carry it already).
     pub fn place(&self, view: PlanView) -> PlanView {
         match self {
-            PlanReads::Local(r) => r.place(view),
-            PlanReads::Shared(_) | PlanReads::Joining => view,
+            PlanReads::Open(r) => r.place(view),
+            PlanReads::Joining => view,
         }
     }
 
@@ -76,25 +48,16 @@ impl PlanReads {
         state: Option<PlanState>,
         limit: usize,
     ) -> Result<Vec<PlanSummary>, Reject> {
-        match self {
-            PlanReads::Local(r) => r.list(state, limit),
-            PlanReads::Shared(r) => r.list(state, limit).await,
-            PlanReads::Joining => Err(joining()),
-        }
+        self.open()?.list(state, limit).await
     }
 
     pub async fn total(&self, state: Option<PlanState>) -> Result<u64, Reject> {
-        match self {
-            PlanReads::Local(r) => r.total(state),
-            PlanReads::Shared(r) => r.total(state).await,
-            PlanReads::Joining => Err(joining()),
-        }
+        self.open()?.total(state).await
     }
 
     pub async fn counts(&self) -> Result<PlanCounts, Reject> {
         match self {
-            PlanReads::Local(r) => r.counts(),
-            PlanReads::Shared(r) => r.counts().await,
+            PlanReads::Open(r) => r.counts().await,
             // Nothing to count yet; `stats` says why.
             PlanReads::Joining => Ok(PlanCounts::default()),
         }

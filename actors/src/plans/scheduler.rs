@@ -4,7 +4,7 @@
 use super::agent_step::{self, AgentStep};
 use super::dag;
 use super::model::{PlanRecord, StepAction, format_id, plan_log_dir, step_log_path};
-use super::reader::{LivePlan, LiveViews, PlanReader, Queue, Slot};
+use super::store::sled::{LivePlan, LiveViews, Queue, SledPlans, Slot};
 use super::validate::{Limits, Workdirs, validate_in};
 use super::{Origin, PlanConfig, PlanSockets, Reject};
 use crate::clock::Clock;
@@ -86,7 +86,7 @@ pub struct Cancelled {
 }
 
 pub struct SchedulerArgs {
-    pub reader: PlanReader,
+    pub reader: SledPlans,
     pub config: PlanConfig,
     pub clock: Arc<dyn Clock>,
     pub sockets: Arc<dyn PlanSockets>,
@@ -97,7 +97,7 @@ pub struct SchedulerArgs {
 pub struct SchedulerActor;
 
 pub struct SchedulerState {
-    reader: PlanReader,
+    reader: SledPlans,
     config: PlanConfig,
     clock: Arc<dyn Clock>,
     hooks: Option<super::PlanHooks>,
@@ -270,7 +270,7 @@ impl Actor for SchedulerActor {
 /// New plans' views, and where to publish them.
 type Unpublished = (LiveViews, Vec<(u64, Arc<LivePlan>)>);
 
-/// Makes new plans' views visible to readers (`PlanReader::watch`).
+/// Makes new plans' views visible to readers (`SledPlans::watch`).
 fn publish((live, views): Unpublished) {
     if views.is_empty() {
         return;
@@ -1335,7 +1335,7 @@ mod tests {
         let store = crate::store::Store::open(&root.join("db"), 8 << 20).unwrap();
         let plans = crate::plans::store::SledPlanStore::open(store).unwrap();
         let logs = root.join("logs");
-        let reader = PlanReader::new(Arc::new(plans), logs.clone());
+        let reader = SledPlans::new(Arc::new(plans), logs.clone());
         let (actor, handle) = Actor::spawn(
             None,
             SchedulerActor,

@@ -10,7 +10,7 @@ use super::cluster::{Launch, Runner, RunnerConfig};
 use super::model::{format_id, plan_log_dir};
 use super::scheduler::{Cancelled, SchedulerMsg, prepare};
 use super::shared::{self, Submitted};
-use super::shared_reader::{SharedReader, unavailable};
+use super::store::pg::{PgPlans, unavailable};
 use super::validate::Workdirs;
 use super::{Origin, PlanConfig, Reject};
 use crate::clock::Clock;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub struct SharedSchedulerArgs {
-    pub reader: SharedReader,
+    pub reader: PgPlans,
     pub config: PlanConfig,
     pub clock: Arc<dyn Clock>,
     pub runner: RunnerConfig,
@@ -44,7 +44,7 @@ pub struct SharedState {
 
 /// What the request tasks share.
 struct Ctx {
-    reader: SharedReader,
+    reader: PgPlans,
     config: Mutex<PlanConfig>,
     clock: Arc<dyn Clock>,
     workdirs: Mutex<Workdirs>,

@@ -1,5 +1,6 @@
-//! The scheduler's storage, behind [`PlanStore`] so another backend (a shared
-//! PostgreSQL queue) can replace sled without touching the actor.
+//! The one-machine scheduler's records in sled, behind [`PlanRecords`]
+//! (written synchronously, made durable by group commit): the record
+//! layout under the sled backend (`sled.rs`) of the plan store.
 //!
 //! sled layout, all in tree `plans`, each plan change one atomic batch
 //! through the store's WAL:
@@ -20,7 +21,7 @@
 //! (written before they existed) gets them from a scan of the state index
 //! at open.
 
-use super::model::{
+use crate::plans::model::{
     PLAN_FORMAT_VERSION, PlanRecord, PlanRecordV1, PlanRecordV2, PlanRecordV3, PlanRecordV4,
 };
 use crate::store::{
@@ -31,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub trait PlanStore: Send + Sync + 'static {
+pub trait PlanRecords: Send + Sync + 'static {
     /// The id the next new plan gets.
     fn next_id(&self) -> Result<u64, StoreError>;
     /// Writes `plan` and its indexes atomically; `prev` is the state it was
@@ -630,7 +631,7 @@ fn tail_id(key: &[u8]) -> Option<u64> {
     key[start..].try_into().ok().map(u64::from_be_bytes)
 }
 
-impl PlanStore for SledPlanStore {
+impl PlanRecords for SledPlanStore {
     fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self
             .store

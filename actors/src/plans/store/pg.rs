@@ -1,21 +1,26 @@
-//! Read side of the plans on the shared store: every answer comes from
-//! the database, so each node's `plan_status`, `plan_list` and
-//! `plan_watch` show every node's work. A watch re-reads its plan when the
-//! listener hears of a change (or at its fallback poll). It may not write.
+//! The plans on the shared PostgreSQL store, the backend of
+//! [`PlanStore`] every node of a cluster uses: every answer comes from the
+//! database, so each node's `plan_status`, `plan_list` and `plan_watch`
+//! show every node's work. A followed plan is read again when the
+//! listener hears of a change (or at its fallback poll). Its reads may
+//! not write; the SQL is `store/postgres/plans.rs`.
 
-use super::Reject;
-use super::model::{PlanRecord, format_id, parse_id};
-use super::reader::PlanCounts;
-use super::shared::record_of;
+use super::{NextView, PlanChanges, PlanCounts, PlanStore};
+use crate::kernel::{AnswerFut, Reject};
+use crate::plans::model::{PlanRecord, parse_id};
+use crate::plans::reader::pick;
+use crate::plans::shared::{plan_state, record_of};
 use crate::store::postgres::listen::{Listener, Wake};
 use crate::store::postgres::plans::{self, PLANS_CHANNEL};
 use crate::store::postgres::{PgError, Shared};
 use flyto_protocol::{ErrorCode, PlanState, PlanSummary, PlanView};
+use futures_util::future::BoxFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The PostgreSQL backend of [`PlanStore`].
 #[derive(Clone)]
-pub struct SharedReader {
+pub struct PgPlans {
     pub shared: Shared,
     /// The daemon's one listener (on [`PLANS_CHANNEL`] among others).
     pub listener: Arc<Listener>,
@@ -33,28 +38,25 @@ pub fn unavailable(e: PgError) -> Reject {
 /// A plan waiting for its first step to be claimed.
 const WAITING: &str = "waiting for a node with a free step slot";
 
-impl SharedReader {
+impl PgPlans {
     /// A plan's number from its id (`p12`, `12`) or its name, when one
     /// plan has it.
     pub async fn resolve(&self, key: &str) -> Result<u64, Reject> {
         if let Some(n) = parse_id(key) {
             return Ok(n);
         }
-        let named = plans::find_by_name(&self.shared, key)
+        pick(key, self.named(key).await?)
+    }
+
+    /// Plans named `name`, newest first, with their state.
+    async fn named(&self, name: &str) -> Result<Vec<(u64, Option<PlanState>)>, Reject> {
+        let named = plans::find_by_name(&self.shared, name)
             .await
             .map_err(unavailable)?;
-        match named.as_slice() {
-            [] => Err(Reject::not_found(key)),
-            [(one, _)] => Ok(*one as u64),
-            many => Err(Reject::ambiguous(
-                key,
-                many.len(),
-                many.iter()
-                    .take(Reject::NAMES_SHOWN)
-                    .map(|(n, state)| format!("{} ({state})", format_id(*n as u64)))
-                    .collect(),
-            )),
-        }
+        Ok(named
+            .into_iter()
+            .map(|(n, state)| (n as u64, Some(plan_state(&state))))
+            .collect())
     }
 
     /// The plan behind `key` as it stands now: its record as submitted,
@@ -74,7 +76,8 @@ impl SharedReader {
             .transpose()
     }
 
-    fn view(&self, rec: PlanRecord) -> PlanView {
+    /// The view a client sees of `rec`.
+    fn view_of(&self, rec: PlanRecord) -> PlanView {
         let mut view = rec.into_view(&self.log_dir);
         if view.state == PlanState::Pending {
             view.waiting = Some(WAITING.into());
@@ -83,21 +86,25 @@ impl SharedReader {
     }
 
     pub async fn status(&self, key: &str) -> Result<PlanView, Reject> {
-        Ok(self.view(self.record(key).await?))
+        Ok(self.view_of(self.record(key).await?))
     }
 
     /// The current view and, unless the plan has finished, a watch of
     /// its next ones.
-    pub async fn watch(&self, key: &str) -> Result<(PlanView, Option<SharedWatch>), Reject> {
-        let n = self.resolve(key).await?;
+    pub async fn watch(&self, key: &str) -> Result<(PlanView, Option<PgWatch>), Reject> {
+        self.follow(self.resolve(key).await?, key).await
+    }
+
+    /// [`PgPlans::watch`] of plan `n`, called `key` by the client.
+    async fn follow(&self, n: u64, key: &str) -> Result<(PlanView, Option<PgWatch>), Reject> {
         // Subscribed before reading: a change between the two still wakes.
         let wake = self.listener.subscribe_key(PLANS_CHANNEL, &n.to_string());
-        let view = self.view(
+        let view = self.view_of(
             self.record_of(n)
                 .await?
                 .ok_or_else(|| Reject::not_found(key))?,
         );
-        let watch = (!view.state.is_terminal()).then(|| SharedWatch {
+        let watch = (!view.state.is_terminal()).then(|| PgWatch {
             reader: self.clone(),
             plan: n,
             wake,
@@ -155,14 +162,14 @@ impl SharedReader {
 
 /// One plan's changes, read again when it changed (its notification, or
 /// the listener's reconnect and fallback poll).
-pub struct SharedWatch {
-    reader: SharedReader,
+pub struct PgWatch {
+    reader: PgPlans,
     plan: u64,
     wake: Wake,
     revision: u64,
 }
 
-impl SharedWatch {
+impl PgWatch {
     /// The plan's next view (a newer revision); `None` once it is gone.
     /// A database that does not answer is waited out: the listener wakes
     /// again when it reconnects.
@@ -172,7 +179,7 @@ impl SharedWatch {
             match self.reader.record_of(self.plan).await {
                 Ok(Some(rec)) if rec.revision > self.revision => {
                     self.revision = rec.revision;
-                    return Some(self.reader.view(rec));
+                    return Some(self.reader.view_of(rec));
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return None,
@@ -184,8 +191,42 @@ impl SharedWatch {
     }
 }
 
-impl super::reader::PlanLookup for SharedReader {
-    fn status<'a>(&'a self, id: &'a str) -> super::AnswerFut<'a, PlanView> {
-        Box::pin(SharedReader::status(self, id))
+impl NextView for PgWatch {
+    fn next_view(&mut self) -> BoxFuture<'_, Option<PlanView>> {
+        Box::pin(self.next())
+    }
+}
+
+/// Each answer is a query (or two) of the shared database.
+impl PlanStore for PgPlans {
+    fn named<'a>(&'a self, name: &'a str) -> AnswerFut<'a, Vec<(u64, Option<PlanState>)>> {
+        Box::pin(self.named(name))
+    }
+
+    fn view(&self, n: u64) -> AnswerFut<'_, Option<PlanView>> {
+        Box::pin(async move { Ok(self.record_of(n).await?.map(|rec| self.view_of(rec))) })
+    }
+
+    fn follow<'a>(
+        &'a self,
+        n: u64,
+        key: &'a str,
+    ) -> AnswerFut<'a, (PlanView, Option<PlanChanges>)> {
+        Box::pin(async move {
+            let (view, watch) = self.follow(n, key).await?;
+            Ok((view, watch.map(PlanChanges::new)))
+        })
+    }
+
+    fn list(&self, state: Option<PlanState>, limit: usize) -> AnswerFut<'_, Vec<PlanSummary>> {
+        Box::pin(self.list(state, limit))
+    }
+
+    fn total(&self, state: Option<PlanState>) -> AnswerFut<'_, u64> {
+        Box::pin(self.total(state))
+    }
+
+    fn counts(&self) -> AnswerFut<'_, PlanCounts> {
+        Box::pin(self.counts())
     }
 }
