@@ -3,12 +3,10 @@
 //! and wires them to the actors in flyto-actors. Actors never see a
 //! connection; only `server` does.
 
-mod channel_api;
+mod api;
 mod config;
-mod dream_api;
 mod listener;
 mod lock;
-mod memory_api;
 mod notify;
 mod paths;
 mod peer;
@@ -853,6 +851,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
         extractions: Default::default(),
         hooks: hooks.clone(),
         mcp: Some(mcp.clone()),
+        on_activity: Some(Arc::new(flyto_actors::dream::actor::activity)),
     });
     let mcp_spec = {
         let mcp = mcp.clone();
@@ -1023,7 +1022,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             }),
         }
     };
-    let channels_now = channel_api::current(&config.channels, config.channels_config()?);
+    let channels_now = api::channels::current(&config.channels, config.channels_config()?);
     let channels_spec = {
         use flyto_actors::channels::store::ChannelStore;
         let (channel_store, cluster) = match (&joined, &shared_reader) {
@@ -1193,7 +1192,7 @@ async fn serve(cli: &Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                             Err(e) => tracing::error!("keeping the old [mcp]: {e:#}"),
                         }
                         match new.config.channels_config() {
-                            Ok(c) => channel_api::reload(&channels_now, &new.config.channels, c),
+                            Ok(c) => api::channels::reload(&channels_now, &new.config.channels, c),
                             Err(e) => tracing::error!("keeping the old [channels]: {e:#}"),
                         }
                         flyto_actors::memory::entry::declare_types(&new.config.memory_types());

@@ -14,7 +14,7 @@ use flyto_actors::channels::telegram::TelegramPlatform;
 use flyto_actors::channels::wechat;
 use flyto_actors::channels::wecom::WecomPlatform;
 use flyto_actors::plans::Reject;
-use flyto_protocol::{ErrorCode, Request, Response};
+use flyto_protocol::{ChannelSpec, ErrorCode, Response};
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use std::sync::Arc;
@@ -158,69 +158,66 @@ pub async fn check_binding(target: &str) -> Result<(), Reject> {
     ))
 }
 
-/// `None`: not a channel request.
-pub async fn handle(req: &Request) -> Option<Result<Response, Reject>> {
-    let answer = match req {
-        Request::ChannelList {} => ask(|reply| ChannelsMsg::List { reply })
-            .await
-            .map(|(channels, pairings)| Response::Channels { channels, pairings }),
-        Request::ChannelBind { spec } => ask(|reply| ChannelsMsg::Bind {
-            spec: Box::new(spec.clone()),
-            reply,
-        })
+pub async fn list() -> Result<Response, Reject> {
+    ask(|reply| ChannelsMsg::List { reply })
         .await
-        .map(|c| Response::Channel {
-            message: format!("bound {} ({})", c.name, c.kind),
-            channel: Some(c),
-        }),
-        Request::ChannelUnbind { name } => ask(|reply| ChannelsMsg::Unbind {
-            name: name.clone(),
-            reply,
-        })
+        .map(|(channels, pairings)| Response::Channels { channels, pairings })
+}
+
+pub async fn bind(spec: ChannelSpec) -> Result<Response, Reject> {
+    ask(|reply| ChannelsMsg::Bind {
+        spec: Box::new(spec),
+        reply,
+    })
+    .await
+    .map(|c| Response::Channel {
+        message: format!("bound {} ({})", c.name, c.kind),
+        channel: Some(c),
+    })
+}
+
+pub async fn unbind(name: String) -> Result<Response, Reject> {
+    ask(|reply| ChannelsMsg::Unbind { name, reply })
         .await
         .map(|c| Response::Channel {
             message: format!("unbound {}", c.name),
             channel: Some(c),
-        }),
-        Request::ChannelPair { code } => ask(|reply| ChannelsMsg::Pair {
-            code: code.clone(),
-            reply,
         })
+}
+
+pub async fn pair(code: String) -> Result<Response, Reject> {
+    ask(|reply| ChannelsMsg::Pair { code, reply })
         .await
         .map(|message| Response::Channel {
             channel: None,
             message,
-        }),
-        Request::ChannelTest { name } => ask(|reply| ChannelsMsg::Test {
-            name: name.clone(),
-            reply,
         })
+}
+
+pub async fn test(name: String) -> Result<Response, Reject> {
+    ask(|reply| ChannelsMsg::Test { name, reply })
         .await
         .map(|message| Response::Channel {
             channel: None,
             message,
-        }),
-        Request::ChannelQr { base_url } => {
-            let base = base_url.as_deref().unwrap_or(wechat::DEFAULT_BASE_URL);
-            wechat::request_qr(base)
-                .await
-                .map(|qr| Response::ChannelQr {
-                    id: qr.id,
-                    content: qr.content,
-                })
-                .map_err(|e| Reject::new(ErrorCode::Unavailable, format!("WeChat QR code: {e}")))
-        }
-        Request::ChannelQrWait { id, base_url, name } => {
-            qr_wait(id, base_url.as_deref(), name.clone()).await
-        }
-        _ => return None,
-    };
-    Some(answer)
+        })
+}
+
+/// A WeChat login QR code, asked of WeChat's server.
+pub async fn qr(base_url: Option<&str>) -> Result<Response, Reject> {
+    let base = base_url.unwrap_or(wechat::DEFAULT_BASE_URL);
+    wechat::request_qr(base)
+        .await
+        .map(|qr| Response::ChannelQr {
+            id: qr.id,
+            content: qr.content,
+        })
+        .map_err(|e| Reject::new(ErrorCode::Unavailable, format!("WeChat QR code: {e}")))
 }
 
 /// One long poll of the QR code's status; on `confirmed` the binding is
 /// stored here, so the bot token never travels to a client.
-async fn qr_wait(
+pub async fn qr_wait(
     id: &str,
     base_url: Option<&str>,
     name: Option<String>,

@@ -4,7 +4,7 @@
 use flyto_actors::dream::DREAM_NAME;
 use flyto_actors::dream::actor::{DreamMsg, find_run, project_for, runs};
 use flyto_actors::plans::Reject;
-use flyto_protocol::{ErrorCode, Request, Response};
+use flyto_protocol::{ErrorCode, Response};
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use serde::Serialize;
@@ -50,85 +50,66 @@ fn project(dir: &str) -> Result<String, Reject> {
     project_for(Path::new(dir))
 }
 
-pub async fn handle(state_dir: &Path, req: &Request) -> Option<Result<Response, Reject>> {
-    Some(match req {
-        Request::DreamStatus { project } => {
-            let workdir = project.as_ref().map(PathBuf::from);
-            match actor() {
-                Ok(a) => answered(
-                    a.call(
-                        |reply| DreamMsg::Status {
-                            workdir: workdir.clone(),
-                            reply,
-                        },
-                        Some(ASK),
-                    )
-                    .await,
-                )
-                .and_then(|s| json(&s)),
-                Err(r) => Err(r),
-            }
-        }
-        Request::DreamLog {
-            project: dir,
-            limit,
-        } => {
-            let id = match dir.as_deref().map(project).transpose() {
-                Ok(id) => id,
-                Err(r) => return Some(Err(r)),
-            };
-            let all = runs(state_dir, id.as_deref());
-            let skip = all.len().saturating_sub((*limit).max(1) as usize);
-            json(&all[skip..])
-        }
-        Request::DreamDiff { run } => match find_run(state_dir, run) {
-            Some(r) => json(&r),
-            None => Err(Reject::new(
-                ErrorCode::NotFound,
-                format!("no dream run `{run}`: `flytoctl dream_log` lists the runs"),
-            )),
-        },
-        Request::DreamRun {
-            project: dir,
-            dry_run,
-        } => {
-            let workdir = PathBuf::from(dir);
-            match actor() {
-                Ok(a) => answered(
-                    a.call(
-                        |reply| DreamMsg::Run {
-                            workdir: workdir.clone(),
-                            dry_run: *dry_run,
-                            reply,
-                        },
-                        Some(RUN_WAIT),
-                    )
-                    .await,
-                )
-                .and_then(|r| r)
-                .and_then(|rec| json(&rec)),
-                Err(r) => Err(r),
-            }
-        }
-        Request::DreamUndo { project: dir, run } => {
-            let workdir = PathBuf::from(dir);
-            match actor() {
-                Ok(a) => answered(
-                    a.call(
-                        |reply| DreamMsg::Undo {
-                            workdir: workdir.clone(),
-                            run: run.clone(),
-                            reply,
-                        },
-                        Some(ASK),
-                    )
-                    .await,
-                )
-                .and_then(|r| r)
-                .and_then(|meta| json(&meta)),
-                Err(r) => Err(r),
-            }
-        }
-        _ => return None,
-    })
+/// Gates, last success and lease, of one project or of every known one.
+pub async fn status(project: Option<String>) -> Result<Response, Reject> {
+    let workdir = project.map(PathBuf::from);
+    let s = answered(
+        actor()?
+            .call(|reply| DreamMsg::Status { workdir, reply }, Some(ASK))
+            .await,
+    )?;
+    json(&s)
+}
+
+/// The newest `limit` runs, of one project or of all.
+pub fn log(state_dir: &Path, dir: Option<&str>, limit: u32) -> Result<Response, Reject> {
+    let id = dir.map(project).transpose()?;
+    let all = runs(state_dir, id.as_deref());
+    let skip = all.len().saturating_sub(limit.max(1) as usize);
+    json(&all[skip..])
+}
+
+pub fn diff(state_dir: &Path, run: &str) -> Result<Response, Reject> {
+    match find_run(state_dir, run) {
+        Some(r) => json(&r),
+        None => Err(Reject::new(
+            ErrorCode::NotFound,
+            format!("no dream run `{run}`: `flytoctl dream_log` lists the runs"),
+        )),
+    }
+}
+
+/// A consolidation now; answers when it ends.
+pub async fn run(dir: String, dry_run: bool) -> Result<Response, Reject> {
+    let workdir = PathBuf::from(dir);
+    let rec = answered(
+        actor()?
+            .call(
+                |reply| DreamMsg::Run {
+                    workdir,
+                    dry_run,
+                    reply,
+                },
+                Some(RUN_WAIT),
+            )
+            .await,
+    )??;
+    json(&rec)
+}
+
+pub async fn undo(dir: String, run: Option<String>) -> Result<Response, Reject> {
+    let workdir = PathBuf::from(dir);
+    let meta = answered(
+        actor()?
+            .call(
+                |reply| DreamMsg::Undo {
+                    workdir,
+                    run,
+                    reply,
+                },
+                Some(ASK),
+            )
+            .await,
+    )??;
+    json(&meta)
 }

@@ -6,7 +6,7 @@ use flyto_actors::memory::{Found, Listing, Memory, MemoryError, ScopeKey, WriteR
 use flyto_actors::plans::Reject;
 use flyto_protocol::{
     ErrorCode, MemoryEntryView, MemoryFile, MemoryFolder, MemoryHitView, MemoryProblemView,
-    MemoryScopeView, Request, Response,
+    MemoryScopeView, Response,
 };
 use std::path::Path;
 
@@ -72,92 +72,73 @@ fn project(dir: &str) -> Result<&Path, Reject> {
     Ok(p)
 }
 
-/// Answers a `memory_*` request; `None` for any other.
-pub async fn handle(
+pub async fn list(memory: &Memory, p: &str) -> Result<Response, Reject> {
+    let all = memory.list(project(p)?).await.map_err(reject)?;
+    Ok(Response::Memory {
+        scopes: all.iter().map(scope_view).collect(),
+    })
+}
+
+pub async fn show(memory: &Memory, p: &str, name: &str) -> Result<Response, Reject> {
+    let f = memory.read(project(p)?, name).await.map_err(reject)?;
+    Ok(Response::MemoryEntry {
+        entry: found_view(&f),
+        body: f.entry.body.clone(),
+    })
+}
+
+pub async fn search(
     memory: &Memory,
+    p: &str,
+    query: &str,
     now_ms: u64,
-    req: &Request,
-) -> Option<Result<Response, Reject>> {
-    let answer = match req {
-        Request::MemoryList { project: p } => {
-            async {
-                let all = memory.list(project(p)?).await.map_err(reject)?;
-                Ok(Response::Memory {
-                    scopes: all.iter().map(scope_view).collect(),
-                })
-            }
-            .await
-        }
-        Request::MemoryShow { project: p, name } => {
-            async {
-                let f = memory.read(project(p)?, name).await.map_err(reject)?;
-                Ok(Response::MemoryEntry {
-                    entry: found_view(&f),
-                    body: f.entry.body.clone(),
-                })
-            }
-            .await
-        }
-        Request::MemorySearch { project: p, query } => {
-            async {
-                let hits = memory
-                    .search(project(p)?, query, now_ms, SEARCH_LIMIT)
-                    .await
-                    .map_err(reject)?;
-                Ok(Response::MemoryHits {
-                    hits: hits
-                        .iter()
-                        .map(|f| MemoryHitView {
-                            entry: found_view(f),
-                            score: f.score,
-                        })
-                        .collect(),
-                })
-            }
-            .await
-        }
-        Request::MemoryForget {
-            project: p,
-            name,
-            reason,
-        } => {
-            async {
-                let trash = memory
-                    .forget(project(p)?, name, reason, "user")
-                    .await
-                    .map_err(reject)?;
-                Ok(Response::MemoryForgotten {
-                    name: name.clone(),
-                    trash: trash.display().to_string(),
-                })
-            }
-            .await
-        }
-        Request::MemoryRestore { project: p, name } => {
-            async {
-                let path = memory.restore(project(p)?, name).await.map_err(reject)?;
-                Ok(Response::MemoryRestored {
-                    name: name.clone(),
-                    path: path.display().to_string(),
-                })
-            }
-            .await
-        }
-        Request::MemoryPath { project: p } => {
-            async {
-                let paths = memory.paths(project(p)?).map_err(reject)?;
-                Ok(Response::MemoryPaths {
-                    project: paths.project.display().to_string(),
-                    user: paths.user.display().to_string(),
-                })
-            }
-            .await
-        }
-        Request::MemoryExport {} => export(memory).await,
-        Request::MemoryImport { folders } => import(memory, folders).await,
-        _ => return None,
-    };
-    Some(answer)
+) -> Result<Response, Reject> {
+    let hits = memory
+        .search(project(p)?, query, now_ms, SEARCH_LIMIT)
+        .await
+        .map_err(reject)?;
+    Ok(Response::MemoryHits {
+        hits: hits
+            .iter()
+            .map(|f| MemoryHitView {
+                entry: found_view(f),
+                score: f.score,
+            })
+            .collect(),
+    })
+}
+
+/// Moves an entry to its scope's `.trash/`, as the user.
+pub async fn forget(
+    memory: &Memory,
+    p: &str,
+    name: String,
+    reason: &str,
+) -> Result<Response, Reject> {
+    let trash = memory
+        .forget(project(p)?, &name, reason, "user")
+        .await
+        .map_err(reject)?;
+    Ok(Response::MemoryForgotten {
+        name,
+        trash: trash.display().to_string(),
+    })
+}
+
+pub async fn restore(memory: &Memory, p: &str, name: String) -> Result<Response, Reject> {
+    let path = memory.restore(project(p)?, &name).await.map_err(reject)?;
+    Ok(Response::MemoryRestored {
+        name,
+        path: path.display().to_string(),
+    })
+}
+
+pub fn path(memory: &Memory, p: &str) -> Result<Response, Reject> {
+    let paths = memory.paths(project(p)?).map_err(reject)?;
+    Ok(Response::MemoryPaths {
+        project: paths.project.display().to_string(),
+        user: paths.user.display().to_string(),
+    })
 }
 
 /// The folder a scope is exported to.
@@ -176,7 +157,7 @@ fn key_of(folder: &str) -> Option<ScopeKey> {
     }
 }
 
-async fn export(memory: &Memory) -> Result<Response, Reject> {
+pub async fn export(memory: &Memory) -> Result<Response, Reject> {
     let mut folders = Vec::new();
     for key in memory.scope_keys().await.map_err(reject)? {
         let scan = memory.scan_scope(&key).await.map_err(reject)?;
@@ -201,7 +182,7 @@ fn bad(m: String) -> Reject {
 
 /// Checks every file first: one that is not an entry refuses the whole
 /// import, so a half-edited folder changes nothing.
-async fn import(memory: &Memory, folders: &[MemoryFolder]) -> Result<Response, Reject> {
+pub async fn import(memory: &Memory, folders: &[MemoryFolder]) -> Result<Response, Reject> {
     let mut parsed: Vec<(ScopeKey, Vec<Entry>)> = Vec::new();
     let mut problems = Vec::new();
     for f in folders {
