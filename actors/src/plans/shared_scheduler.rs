@@ -4,20 +4,21 @@
 //! a cancel revokes the plan's leases and answers once every attempt it
 //! revoked has stopped, on whichever node it ran; this node's [`Runner`]
 //! claims and runs steps. Each request is a task, so the mailbox never
-//! waits on the database. It may not touch the node's sled store.
+//! waits on the database. It stores through [`PgPlans`] (its writes are
+//! `store/pg_writes.rs`) and runs no SQL of its own; it may not touch the
+//! node's sled store.
 
 use super::cluster::{Launch, Runner, RunnerConfig};
 use super::model::{format_id, plan_log_dir};
 use super::scheduler::{Cancelled, SchedulerMsg, prepare};
-use super::shared::{self, Submitted};
-use super::store::pg::{PgPlans, unavailable};
+use super::shared::Submitted;
+use super::store::PgPlans;
 use super::validate::Workdirs;
 use super::{Origin, PlanConfig, Reject};
 use crate::clock::Clock;
-use crate::store::postgres::claims;
-use crate::store::postgres::plans::{self, Cancel, PLANS_CHANNEL, next_plan_id};
+use crate::store::postgres::plans::PLANS_CHANNEL;
 use crate::tools::sandbox::tmpdir_for;
-use flyto_protocol::{ErrorCode, PlanSpec, PlanState};
+use flyto_protocol::{ErrorCode, PlanSpec};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -196,8 +197,7 @@ async fn submit(
     origin: Option<Origin>,
     restarted_from: Option<u64>,
 ) -> Result<(String, bool), Reject> {
-    let shared = &ctx.reader.shared;
-    let id = next_plan_id(shared).await.map_err(unavailable)? as u64;
+    let id = ctx.reader.next_id().await?;
     let rec = {
         let mut workdirs = ctx.workdirs.lock().unwrap_or_else(|e| e.into_inner());
         prepare(
@@ -210,10 +210,7 @@ async fn submit(
             restarted_from,
         )?
     };
-    match shared::submit(shared, rec.clone())
-        .await
-        .map_err(unavailable)?
-    {
+    match ctx.reader.submit(rec.clone()).await? {
         Submitted::New(id) => Ok((format_id(id), false)),
         Submitted::Existing(first) if first.spec() != rec.spec() => Err(Reject::new(
             ErrorCode::Conflict,
@@ -227,52 +224,10 @@ async fn submit(
     }
 }
 
-/// How long a cancel waits for the attempts it revoked to stop, beyond
-/// the kill grace: their nodes hear of it at once (LISTEN/NOTIFY).
-const CANCEL_WAIT: Duration = Duration::from_secs(10);
-
+/// Answered once every attempt it revoked has stopped, on whichever node
+/// it ran (see [`PgPlans::cancel`]).
 async fn cancel(ctx: &Ctx, key: &str) -> Result<Cancelled, Reject> {
-    let reader = &ctx.reader;
-    let n = reader.resolve(key).await?;
-    let mut wake = reader.listener.subscribe(PLANS_CHANNEL);
-    let revoked = match plans::cancel_plan(&reader.shared, n as i64, "cancelled by user")
-        .await
-        .map_err(unavailable)?
-    {
-        Cancel::NotFound => return Err(Reject::not_found(key)),
-        Cancel::Finished(state) => {
-            return Ok(Cancelled {
-                id: format_id(n),
-                state: super::shared::plan_state(&state),
-                already_finished: true,
-            });
-        }
-        Cancel::Cancelled { revoked } => revoked,
-    };
-    // A cancel after which a step keeps running would be a lie: answer
-    // once each revoked attempt's node has seen its process end.
-    let deadline = tokio::time::Instant::now() + ctx.config().kill_grace + CANCEL_WAIT;
-    while !revoked.is_empty() {
-        match claims::still_running(&reader.shared, &revoked).await {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check that a cancelled plan's steps stopped")
-            }
-        }
-        tokio::select! {
-            _ = wake.woken() => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(plan = %format_id(n), "a cancelled plan's steps were not seen to stop in time");
-                break;
-            }
-        }
-    }
-    Ok(Cancelled {
-        id: format_id(n),
-        state: PlanState::Cancelled,
-        already_finished: false,
-    })
+    ctx.reader.cancel(key, ctx.config().kill_grace).await
 }
 
 /// The finished plan behind `key`; `Conflict` while it is queued or
@@ -294,10 +249,7 @@ async fn finished(ctx: &Ctx, key: &str, doing: &str) -> Result<super::model::Pla
 
 async fn remove(ctx: &Ctx, key: &str) -> Result<String, Reject> {
     let rec = finished(ctx, key, "removed").await?;
-    if !plans::delete_plan(&ctx.reader.shared, rec.id as i64)
-        .await
-        .map_err(unavailable)?
-    {
+    if !ctx.reader.delete(rec.id).await? {
         return Err(Reject::not_found(key));
     }
     // This node's logs of it (other nodes keep theirs).
@@ -319,7 +271,7 @@ async fn plan_finished_hooks(ctx: Arc<Ctx>, hooks: super::PlanHooks, since_ms: i
         if !hooks.hooks.any(HookEvent::PlanFinished, None) {
             continue;
         }
-        let ids = match plans::take_finished(&ctx.reader.shared, since_ms).await {
+        let ids = match ctx.reader.take_finished(since_ms).await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!("cannot look for finished plans to run their hooks: {e}");
@@ -327,11 +279,11 @@ async fn plan_finished_hooks(ctx: Arc<Ctx>, hooks: super::PlanHooks, since_ms: i
             }
         };
         for id in ids {
-            match ctx.reader.record_of(id as u64).await {
+            match ctx.reader.record_of(id).await {
                 Ok(Some(rec)) => hooks.finished(&rec, ctx.clock.now_ms(), &rt),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(
-                    plan = %format_id(id as u64),
+                    plan = %format_id(id),
                     "cannot read a finished plan for its hooks: {}",
                     e.message
                 ),
