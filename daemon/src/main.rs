@@ -191,7 +191,7 @@ fn migrate(url: &str, from_sled: bool) -> anyhow::Result<()> {
             let source = format!("{}:{}", shared_store::hostname(), state_dir.display());
             let n = records.len();
             let mut plan_ids = std::collections::HashMap::new();
-            match flyto_actors::plans::shared::import(&shared, &source, records).await? {
+            match flyto_actors::plans::store::pg_rows::import(&shared, &source, records).await? {
                 None => println!(
                     "the plans of {source} were copied into this database before: nothing copied"
                 ),

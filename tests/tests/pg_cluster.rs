@@ -9,7 +9,7 @@
 
 use flyto_actors::plans::cluster::{ProcessLaunch, Runner, RunnerConfig};
 use flyto_actors::plans::model::PlanRecord;
-use flyto_actors::plans::shared::{self, Submitted};
+use flyto_actors::plans::store::pg_rows::{self as shared, Submitted};
 use flyto_actors::plans::validate::{Limits, Workdirs, validate_in};
 use flyto_actors::store::postgres::Shared;
 use flyto_actors::store::postgres::claims::KeeperTimes;

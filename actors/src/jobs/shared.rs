@@ -14,8 +14,8 @@ use super::model::{
     FireOutcome, FireRecord, JOB_FORMAT_VERSION, JobRecord, JobSnapshot, JobStore,
     NOTIFY_FORMAT_VERSION, PendingNotify, decode_fire, decode_job, decode_notify, format_id,
 };
-use crate::plans::store::pg::unavailable;
 use crate::kernel::{AnswerFut, Reject};
+use crate::plans::store::pg::unavailable;
 use crate::store::encode_record;
 use crate::store::postgres::Shared;
 use crate::store::postgres::claims::LEASE;

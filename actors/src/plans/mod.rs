@@ -17,7 +17,6 @@ pub mod dag;
 pub mod model;
 pub mod reader;
 pub mod scheduler;
-pub mod shared;
 pub mod shared_scheduler;
 pub mod store;
 pub mod validate;

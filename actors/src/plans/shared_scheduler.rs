@@ -11,8 +11,8 @@
 use super::cluster::{Launch, Runner, RunnerConfig};
 use super::model::{format_id, plan_log_dir};
 use super::scheduler::{Cancelled, SchedulerMsg, prepare};
-use super::shared::Submitted;
 use super::store::PgPlans;
+use super::store::pg_rows::Submitted;
 use super::validate::Workdirs;
 use super::{Origin, PlanConfig, Reject};
 use crate::clock::Clock;

@@ -9,6 +9,7 @@
 //! shared store after a round trip.
 
 pub mod pg;
+pub mod pg_rows;
 pub mod pg_writes;
 pub mod sled;
 pub mod sled_records;

@@ -5,11 +5,11 @@
 //! listener hears of a change (or at its fallback poll). Its reads may
 //! not write; the SQL is `store/postgres/plans.rs`.
 
+use super::pg_rows::{plan_state, record_of};
 use super::{NextView, PlanChanges, PlanCounts, PlanStore};
 use crate::kernel::{AnswerFut, Reject};
 use crate::plans::model::{PlanRecord, parse_id};
 use crate::plans::reader::pick;
-use crate::plans::shared::{plan_state, record_of};
 use crate::store::postgres::listen::{Listener, Wake};
 use crate::store::postgres::plans::{self, PLANS_CHANNEL};
 use crate::store::postgres::{PgError, Shared};

@@ -7,10 +7,10 @@
 
 use super::PgPlans;
 use super::pg::unavailable;
+use super::pg_rows::{self, Submitted, plan_state};
 use crate::kernel::Reject;
 use crate::plans::model::{PlanRecord, format_id};
 use crate::plans::scheduler::Cancelled;
-use crate::plans::shared::{self, Submitted, plan_state};
 use crate::store::postgres::PgError;
 use crate::store::postgres::claims;
 use crate::store::postgres::plans::{self, Cancel, PLANS_CHANNEL};
@@ -32,7 +32,9 @@ impl PgPlans {
     /// Stores `rec` as a new plan, unless its idempotency key is an
     /// earlier plan's: then that one.
     pub async fn submit(&self, rec: PlanRecord) -> Result<Submitted, Reject> {
-        shared::submit(&self.shared, rec).await.map_err(unavailable)
+        pg_rows::submit(&self.shared, rec)
+            .await
+            .map_err(unavailable)
     }
 
     /// Cancels the plan behind `key`: its leases are revoked, and the

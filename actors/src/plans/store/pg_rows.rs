@@ -1,10 +1,11 @@
-//! Plan records on the shared store: how a submitted record becomes a
-//! plan row and step rows, and how those rows become the record a client
-//! sees (the record as submitted, with each step's live state from its
-//! row). It may not run anything; `cluster.rs` does.
+//! Plan records on the shared store, under its backend (`pg.rs`): how a
+//! submitted record becomes a plan row and step rows, and how those rows
+//! become the record a client sees (the record as submitted, with each
+//! step's live state from its row). It may not run anything;
+//! `plans/cluster.rs` does.
 
-use super::model::{PLAN_FORMAT_VERSION, PlanRecord, StepAction, StepRecord, format_id};
-use super::store::decode_plan;
+use super::decode_plan;
+use crate::plans::model::{PLAN_FORMAT_VERSION, PlanRecord, StepAction, StepRecord, format_id};
 use crate::store::encode_record;
 use crate::store::postgres::plans::{
     self, ImportedPlan, ImportedStep, Inserted, NewPlan, NewStep, PlanRow,
@@ -96,7 +97,7 @@ pub fn record_of(row: &PlanRow) -> Result<PlanRecord, String> {
     Ok(rec)
 }
 
-pub(super) fn plan_state(s: &str) -> PlanState {
+pub(crate) fn plan_state(s: &str) -> PlanState {
     match s {
         "running" => PlanState::Running,
         "succeeded" => PlanState::Succeeded,
